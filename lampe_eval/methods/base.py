@@ -1,0 +1,153 @@
+"""The method interface and registry.
+
+A method is a dataclass whose fields are its hyperparameters. Three kinds:
+
+* ``baseline``: plain RoPE, no patch at all.
+* ``position``: remaps relative positions. It returns a list of :class:`Segment` s that partition
+  the causal (query, key) pairs; the engine in ``lampe_eval.attention`` does the rest.
+* ``frequency``: changes RoPE's inverse frequencies (and an attention factor); one plain causal
+  segment.
+
+Defaults may depend on the model's pretraining window and the target length (e.g. LaMPE's head
+size, YaRN's factor): ``Method.create(name, window=..., target_length=..., **overrides)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+from ..attention import AttentionPlan, Band, Segment
+from ..errors import LampeEvalError
+from ..registry import Registry
+
+
+@dataclass(frozen=True)
+class RopeBase:
+    """The model's own RoPE: inverse frequencies and the factor it multiplies cos/sin by."""
+
+    inv_freq: torch.Tensor  # [rotary_dim / 2], float32
+    attention_scaling: float
+    window: int  # pretraining window
+    head_dim: int
+    config: Any = None  # the model config (frequency methods derive theirs from a copy)
+
+
+@dataclass
+class Method:
+    name: ClassVar[str]
+    summary: ClassVar[str] = ""
+    kind: ClassVar[str] = "position"
+
+    @classmethod
+    def default_params(cls, window: int, target_length: int | None) -> dict[str, Any]:
+        """Defaults that depend on the model window / target length (fields with no default)."""
+        return {}
+
+    @classmethod
+    def param_names(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls)]
+
+    @classmethod
+    def build(cls, window: int, target_length: int | None = None, **overrides: Any) -> Method:
+        bad = sorted(set(overrides) - set(cls.param_names()))
+        if bad:
+            raise LampeEvalError(
+                f"method {cls.name!r} has no parameter {', '.join(bad)}; "
+                f"its parameters are: {', '.join(cls.param_names()) or '(none)'}"
+            )
+        params = {**cls.default_params(window, target_length), **overrides}
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        typed = {k: _coerce(v, fields[k].type) for k, v in params.items() if k in fields}
+        try:
+            method = cls(**typed)
+        except TypeError as err:
+            raise LampeEvalError(f"method {cls.name!r}: {err}") from err
+        method.validate()
+        return method
+
+    def validate(self) -> None:
+        """Raise LampeEvalError for impossible hyperparameters."""
+
+    def params(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def plan(self, base: RopeBase, context_length: int, kv_len: int) -> AttentionPlan:
+        """Segments and frequencies for a sequence whose prompt had ``context_length`` tokens and
+        whose cache now holds ``kv_len`` keys."""
+        raise NotImplementedError
+
+    def label(self) -> str:
+        """Short human label with parameters, for tables and logs."""
+        inner = ", ".join(f"{k}={v}" for k, v in self.params().items())
+        return f"{self.name}({inner})" if inner else self.name
+
+
+def _coerce(value: Any, annotation: Any) -> Any:
+    """Turn CLI/YAML strings into the field's type ("16" -> 16 for an int field)."""
+    text = str(annotation)
+    if isinstance(value, str):
+        try:
+            if text.startswith("int"):
+                return int(float(value)) if float(value).is_integer() else float(value)
+            if text.startswith("float"):
+                return float(value)
+            if text.startswith("bool"):
+                return value.lower() in {"1", "true", "yes", "on"}
+        except ValueError as err:
+            raise LampeEvalError(f"bad value {value!r} for a parameter of type {text}") from err
+    return value
+
+
+METHODS: Registry[Method] = Registry("method")
+
+
+def create_method(name: str, window: int, target_length: int | None = None, **overrides: Any) -> Method:
+    return METHODS.get(name).build(window, target_length, **overrides)
+
+
+def causal_plan(inv_freq: torch.Tensor, rope_scaling: float) -> AttentionPlan:
+    """Plain causal attention at true positions (what frequency methods use)."""
+    return AttentionPlan([Segment("causal", Band(0))], inv_freq, rope_scaling)
+
+
+@dataclass
+class PositionMethod(Method):
+    """Base for methods that remap positions; subclasses implement ``segments``."""
+
+    kind: ClassVar[str] = "position"
+
+    def segments(self, base: RopeBase, context_length: int, kv_len: int) -> list[Segment]:
+        raise NotImplementedError
+
+    def rope_mscale(self) -> float:
+        """Extra factor on cos and sin (logits scale by its square); 1 unless the method has one."""
+        return float(getattr(self, "mscale", 1.0))
+
+    def query_scale(self, base: RopeBase):
+        return None
+
+    def plan(self, base: RopeBase, context_length: int, kv_len: int) -> AttentionPlan:
+        return AttentionPlan(
+            self.segments(base, context_length, kv_len),
+            base.inv_freq,
+            base.attention_scaling * self.rope_mscale(),
+            self.query_scale(base),
+        )
+
+
+@dataclass
+class FrequencyMethod(Method):
+    """Base for methods that change RoPE frequencies; subclasses implement ``frequencies``."""
+
+    kind: ClassVar[str] = "frequency"
+
+    def frequencies(self, base: RopeBase, kv_len: int) -> tuple[torch.Tensor, float]:
+        raise NotImplementedError
+
+    def plan(self, base: RopeBase, context_length: int, kv_len: int) -> AttentionPlan:
+        inv_freq, factor = self.frequencies(base, kv_len)
+        return causal_plan(inv_freq, factor)

@@ -1,0 +1,75 @@
+"""DCA, dual chunk attention (An et al. 2024, ChunkLlama), with the paper's positions.
+
+Keys sit at P_k = j mod s (s = chunk size). Queries:
+* intra-chunk (same chunk):        P_q = i mod s                  -> PE = i - j
+* successive (previous chunk):     P_q = s + (i mod s) if (i mod s) < w else max_position
+* inter-chunk (older chunks):      P_q = max_position
+Paper defaults: s = 3/4 of the window, w = window - s, max_position = window - 1. The official code's
+variant is s = CS - LW, w = LW + 1, max_position = CS (CS = 3/4 window, LW = window/8).
+``mscale_coef``: the official code multiplies cos/sin by coef * ln(l / window) + 1 when l > window
+(0.05 in chunkllama_attn_replace.py); 0 turns it off.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ..attention import ChunkRelation, Segment
+from ..errors import LampeEvalError
+from .base import METHODS, PositionMethod, RopeBase
+
+
+@METHODS.register("dca")
+@dataclass
+class DualChunk(PositionMethod):
+    summary = "intra/successive/inter-chunk positions, keys at j mod s (An et al. 2024)"
+
+    chunk_size: int
+    local_window: int
+    max_position: int
+    mscale_coef: float = 0.05
+
+    @classmethod
+    def default_params(cls, window: int, target_length: int | None) -> dict:
+        chunk = window * 3 // 4
+        return {"chunk_size": chunk, "local_window": window - chunk, "max_position": window - 1}
+
+    def validate(self) -> None:
+        if not 0 < self.local_window <= self.chunk_size:
+            raise LampeEvalError("dca: need 0 < local_window <= chunk_size")
+        if self.max_position < self.chunk_size:
+            raise LampeEvalError("dca: max_position must be >= chunk_size")
+
+    def segments(self, base: RopeBase, context_length: int, kv_len: int) -> list[Segment]:
+        s, w, cap = self.chunk_size, self.local_window, self.max_position
+
+        def key_pos(j: torch.Tensor) -> torch.Tensor:
+            return (j % s).float()
+
+        def intra_q(i: torch.Tensor) -> torch.Tensor:
+            return (i % s).float()
+
+        def successive_q(i: torch.Tensor) -> torch.Tensor:
+            r = i % s
+            return torch.where(r < w, r + s, torch.full_like(r, cap)).float()
+
+        def inter_q(i: torch.Tensor) -> torch.Tensor:
+            return torch.full(i.shape, float(cap), device=i.device)
+
+        return [
+            Segment("intra", ChunkRelation(s, 0), intra_q, key_pos),
+            Segment("successive", ChunkRelation(s, 1), successive_q, key_pos),
+            Segment("inter", ChunkRelation(s, 2), inter_q, key_pos),
+        ]
+
+    def rope_mscale(self) -> float:
+        return 1.0  # length dependent: see plan()
+
+    def plan(self, base: RopeBase, context_length: int, kv_len: int):
+        plan = super().plan(base, context_length, kv_len)
+        if self.mscale_coef > 0 and kv_len > base.window:
+            plan.rope_scaling *= self.mscale_coef * math.log(kv_len / base.window) + 1.0
+        return plan

@@ -1,0 +1,63 @@
+"""SelfExtend (Jin et al. 2024): neighbour attention within w, grouped (floor(pos / G)) beyond.
+
+Neighbour d < w: true positions. Group d >= w: P_q = floor(i/G) + w - floor(w/G), P_k = floor(j/G).
+Integer group offsets everywhere (the official default file divides w / G as floats in prefill
+only; we do not reproduce that bug). ``scale_base`` > 0 enables the optional log query scaling
+q *= max(1, log(i + 1) / log(scale_base)); off by default, as in the paper's results.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ..attention import Band, Segment
+from ..errors import LampeEvalError
+from .base import METHODS, PositionMethod, RopeBase
+
+
+def default_group_size(window: int, neighbour: int, target_length: int | None) -> int:
+    """Smallest G meeting the README rule (2/3) * window > w + (N - w) / G."""
+    if not target_length or target_length <= window:
+        return 2
+    budget = (2 * window) // 3 - neighbour
+    return max(2, math.ceil((target_length - neighbour) / max(budget, 1)))
+
+
+@METHODS.register("selfextend")
+@dataclass
+class SelfExtend(PositionMethod):
+    summary = "grouped positions floor(pos/G) beyond a neighbour window w (Jin et al. 2024)"
+
+    group_size: int
+    window: int  # neighbour window w
+    scale_base: int = -1
+
+    @classmethod
+    def default_params(cls, window: int, target_length: int | None) -> dict:
+        neighbour = window // 4
+        return {"window": neighbour, "group_size": default_group_size(window, neighbour, target_length)}
+
+    def validate(self) -> None:
+        if self.group_size < 1 or self.window < 1:
+            raise LampeEvalError("selfextend: group_size and window must be >= 1")
+
+    def segments(self, base: RopeBase, context_length: int, kv_len: int) -> list[Segment]:
+        g, w = self.group_size, self.window
+        shift = w - w // g
+
+        def group_q(i: torch.Tensor) -> torch.Tensor:
+            return (torch.div(i, g, rounding_mode="floor") + shift).float()
+
+        def group_k(j: torch.Tensor) -> torch.Tensor:
+            return torch.div(j, g, rounding_mode="floor").float()
+
+        return [Segment("neighbour", Band(0, w - 1)), Segment("group", Band(w), group_q, group_k)]
+
+    def query_scale(self, base: RopeBase):
+        if self.scale_base <= 0:
+            return None
+        log_base = math.log(self.scale_base)
+        return lambda i: torch.clamp(torch.log(i.float() + 1) / log_base, min=1.0)

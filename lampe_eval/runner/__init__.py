@@ -1,0 +1,1 @@
+"""Grid expansion, the append-only results store and the job loop."""

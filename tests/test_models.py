@@ -1,0 +1,46 @@
+import pytest
+import torch
+
+from lampe_eval.errors import MissingDataError, UnknownNameError
+from lampe_eval.models import PRESETS, embedded_gguf_path, resolve_source, tiny_llama, window_from_config
+
+
+def test_presets_have_windows():
+    assert PRESETS["smollm2-135m"].pretraining_window == 8192
+    assert PRESETS["llama2-7b-chat"].pretraining_window == 4096
+    assert PRESETS["llama3.1-8b-instruct"].pretraining_window == 131072
+
+
+def test_resolve_source_errors():
+    with pytest.raises(UnknownNameError):
+        resolve_source("not-a-model")
+    with pytest.raises(MissingDataError):
+        resolve_source("/nonexistent/model.gguf")
+    assert resolve_source("meta-llama/Llama-2-7b-chat-hf")[0] == "meta-llama/Llama-2-7b-chat-hf"
+
+
+def test_window_from_config_prefers_original_window():
+    model = tiny_llama(window=512)
+    assert window_from_config(model.config) == 512
+    model.config.rope_parameters = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128,
+                                    "rope_theta": 1e4}
+    assert window_from_config(model.config) == 128
+
+
+def test_embedded_gguf_is_found_through_the_package():
+    path = embedded_gguf_path()
+    assert path.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and path.stat().st_size > 50_000_000
+
+
+@pytest.mark.slow
+def test_embedded_model_logits_are_finite_and_greedy_is_deterministic(smollm2):
+    assert smollm2.pretraining_window == 8192
+    config = smollm2.model.config
+    assert (config.num_hidden_layers, config.num_attention_heads, config.num_key_value_heads) == (30, 9, 3)
+    ids = smollm2.tokenizer("The capital of France is", return_tensors="pt").input_ids
+    with torch.no_grad():
+        first = smollm2.model(ids).logits[0, -1]
+        second = smollm2.model(ids).logits[0, -1]
+    assert torch.isfinite(first).all()
+    assert int(first.argmax()) == int(second.argmax())
+    assert smollm2.tokenizer.decode(int(first.argmax())).strip() == "Paris"
