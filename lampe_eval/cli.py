@@ -63,8 +63,10 @@ def list_command() -> None:
         methods.add_column(column)
     for name in METHODS.names():
         cls = METHODS.get(name)
-        params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                           for k, v in cls.build(8192, 16384).params().items())
+        params = ", ".join(
+            f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+            for k, v in cls.build(8192, 16384).params().items()
+        )
         methods.add_row(name, cls.kind, params or "-", cls.summary)
     console.print(methods)
 
@@ -80,20 +82,31 @@ def list_command() -> None:
     for column in ("name", "source", "pretraining window", "chat template"):
         presets.add_column(column)
     for preset in PRESETS.values():
-        presets.add_row(preset.name, preset.source, format_length(preset.pretraining_window),
-                        "yes" if preset.chat_template else "no")
+        presets.add_row(
+            preset.name,
+            preset.source,
+            format_length(preset.pretraining_window),
+            "yes" if preset.chat_template else "no",
+        )
     console.print(presets)
 
 
 @app.command("run")
 def run_command(
-    model: list[str] = typer.Option(["smollm2-135m"], "--model", "-m", help="Preset, HF id, local dir or .gguf (repeat or comma-separate)."),
+    model: list[str] = typer.Option(
+        ["smollm2-135m"],
+        "--model",
+        "-m",
+        help="Preset, HF id, local dir or .gguf (repeat or comma-separate).",
+    ),
     method: list[str] = typer.Option(["rope"], "--method", help="Method name(s), e.g. rope,lampe."),
     bench: list[str] = typer.Option(..., "--bench", "-b", help="Benchmark name(s), e.g. ruler, pg19."),
     task: list[str] = typer.Option(None, "--task", "-t", help="Task(s) of the benchmark (default: all)."),
     length: list[str] = typer.Option(..., "--len", "-l", help="Context length(s): 4096, 4k, 64K, 128k."),
     limit: int | None = typer.Option(None, "--limit", "-n", min=1, help="At most N samples per task."),
-    param: list[str] = typer.Option(None, "--param", "-p", help="Method parameter override key=value (repeatable)."),
+    param: list[str] = typer.Option(
+        None, "--param", "-p", help="Method parameter override key=value (repeatable)."
+    ),
     opt: list[str] = typer.Option(None, "--opt", help="Benchmark option key=value (repeatable)."),
     out: Path = typer.Option(Path("results/default"), "--out", "-o", help="Results directory (resumable)."),
     seed: int = typer.Option(0, help="Seed for generated data."),
@@ -137,8 +150,9 @@ def run_command(
             scores = ", ".join(f"{k}={v:.2f}" for k, v in record["scores"].items())
             console.print(f"  {job.describe()} | {record['sample_id']}: {scores}", highlight=False)
 
-        summaries = run_jobs(jobs, store, device=device, dtype=dtype, data_dir=data_dir, options=options,
-                             on_sample=show)
+        summaries = run_jobs(
+            jobs, store, device=device, dtype=dtype, data_dir=data_dir, options=options, on_sample=show
+        )
     except LampeEvalError as err:
         fail(str(err))
         return
@@ -147,8 +161,14 @@ def run_command(
         table.add_column(column)
     for job in jobs:
         scores = summaries.get(job.key(), {})
-        table.add_row(job.model, job.method, job.benchmark, job.task, format_length(job.length),
-                      ", ".join(f"{k}={v:.2f}" for k, v in scores.items()) or "-")
+        table.add_row(
+            job.model,
+            job.method,
+            job.benchmark,
+            job.task,
+            format_length(job.length),
+            ", ".join(f"{k}={v:.2f}" for k, v in scores.items()) or "-",
+        )
     console.print(table)
 
 

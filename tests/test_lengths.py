@@ -5,7 +5,15 @@ from lampe_eval.lengths import BadLengthError, format_length, parse_length, pars
 
 @pytest.mark.parametrize(
     ("text", "tokens"),
-    [("4096", 4096), ("4k", 4096), ("64K", 65536), ("128k", 131072), (" 16k ", 16384), ("1.5k", 1536), (12, 12)],
+    [
+        ("4096", 4096),
+        ("4k", 4096),
+        ("64K", 65536),
+        ("128k", 131072),
+        (" 16k ", 16384),
+        ("1.5k", 1536),
+        (12, 12),
+    ],
 )
 def test_parse_length_accepts_common_forms(text, tokens):
     assert parse_length(text) == tokens

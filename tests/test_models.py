@@ -22,8 +22,12 @@ def test_resolve_source_errors():
 def test_window_from_config_prefers_original_window():
     model = tiny_llama(window=512)
     assert window_from_config(model.config) == 512
-    model.config.rope_parameters = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128,
-                                    "rope_theta": 1e4}
+    model.config.rope_parameters = {
+        "rope_type": "yarn",
+        "factor": 4.0,
+        "original_max_position_embeddings": 128,
+        "rope_theta": 1e4,
+    }
     assert window_from_config(model.config) == 128
 
 

@@ -57,7 +57,7 @@ def segmented_attention(
         rows = (stops > starts).nonzero()
         if rows.numel() == 0:
             continue
-        key_lo, key_hi = int(starts[rows[0, 0]:].min()), int(stops.max())
+        key_lo, key_hi = int(starts[rows[0, 0] :].min()), int(stops.max())
         q_rot = apply_rope(query, segment.q_pos(q_idx), plan.inv_freq, plan.rope_scaling)
         k_idx = torch.arange(key_lo, key_hi, device=device)
         k_rot = apply_rope(key[:, :, key_lo:key_hi], segment.k_pos(k_idx), plan.inv_freq, plan.rope_scaling)
@@ -81,7 +81,7 @@ def merge_into(acc_out: torch.Tensor, acc_lse: torch.Tensor, out: torch.Tensor, 
 
 def _blocks(n: int, block: int, breaks: list[int]) -> Iterator[tuple[int, int]]:
     cuts = sorted({0, n, *range(block, n, block), *(b for b in breaks if 0 < b < n)})
-    yield from zip(cuts[:-1], cuts[1:])
+    yield from zip(cuts[:-1], cuts[1:], strict=True)
 
 
 def interval_attention(
@@ -120,7 +120,9 @@ def _plan_pieces(s: torch.Tensor, e: torch.Tensor) -> list[tuple[int, int, str]]
     rows = s.shape[0]
     s_first, s_last, e_first, e_last = int(s[0]), int(s[-1]), int(e[0]), int(e[-1])
     pieces: list[tuple[int, int, str]] = []
-    unit_slope = e_last - e_first == rows - 1 and bool((e - e_first == torch.arange(rows, device=e.device)).all())
+    unit_slope = e_last - e_first == rows - 1 and bool(
+        (e - e_first == torch.arange(rows, device=e.device)).all()
+    )
     if unit_slope and e_first >= 1 and s_last <= e_first - 1:
         # Row r sees up to key e_first - 1 + r: a top-left causal square starting at e_first - 1.
         if s_first < s_last:

@@ -12,7 +12,9 @@ from .engine import AttentionPlan
 from .rope import apply_rope
 
 
-def relative_positions(plan: AttentionPlan, q_start: int, n: int, kv: int) -> tuple[torch.Tensor, torch.Tensor]:
+def relative_positions(
+    plan: AttentionPlan, q_start: int, n: int, kv: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(PE [n, kv] float, owner [n, kv] long: index of the segment covering each pair, -1 if none).
     Raises if two segments cover the same pair."""
     q_idx = torch.arange(q_start, q_start + n)
@@ -30,7 +32,12 @@ def relative_positions(plan: AttentionPlan, q_start: int, n: int, kv: int) -> tu
 
 
 def oracle_attention(
-    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, plan: AttentionPlan, q_start: int, scale: float
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    plan: AttentionPlan,
+    q_start: int,
+    scale: float,
 ) -> torch.Tensor:
     """Reference output [B, Hq, n, D] (fp32) for un-rotated inputs, GQA by repeating keys."""
     batch, hq, n, dim = query.shape

@@ -19,7 +19,9 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-def apply_rope(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor, scaling: float = 1.0) -> torch.Tensor:
+def apply_rope(
+    x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor, scaling: float = 1.0
+) -> torch.Tensor:
     """Rotate ``x`` [..., n, head_dim] so that row r sits at ``positions[r]``."""
     cos, sin = rope_cos_sin(positions, inv_freq, scaling, x.dtype)
     return x * cos + rotate_half(x) * sin

@@ -52,7 +52,7 @@ class Method:
         return [f.name for f in dataclasses.fields(cls)]
 
     @classmethod
-    def build(cls, window: int, target_length: int | None = None, **overrides: Any) -> Method:
+    def build(cls, window: int, target_length: int | None = None, /, **overrides: Any) -> Method:
         bad = sorted(set(overrides) - set(cls.param_names()))
         if bad:
             raise LampeEvalError(
@@ -105,7 +105,7 @@ def _coerce(value: Any, annotation: Any) -> Any:
 METHODS: Registry[Method] = Registry("method")
 
 
-def create_method(name: str, window: int, target_length: int | None = None, **overrides: Any) -> Method:
+def create_method(name: str, window: int, target_length: int | None = None, /, **overrides: Any) -> Method:
     return METHODS.get(name).build(window, target_length, **overrides)
 
 

@@ -28,13 +28,17 @@ def _theta(base: RopeBase) -> float:
     return float(rope["rope_theta"])
 
 
-def hf_frequencies(base: RopeBase, rope_parameters: dict[str, Any], max_positions: int, seq_len: int | None = None):
+def hf_frequencies(
+    base: RopeBase, rope_parameters: dict[str, Any], max_positions: int, seq_len: int | None = None
+):
     """Run transformers' rope init function on a config copy carrying ``rope_parameters``."""
     config = copy.deepcopy(base.config)
     config.rope_parameters = {"rope_theta": _theta(base), **rope_parameters}
     config.max_position_embeddings = max_positions
     fn = ROPE_INIT_FUNCTIONS[rope_parameters["rope_type"]]
-    inv_freq, factor = fn(config, torch.device("cpu"), seq_len=seq_len) if seq_len else fn(config, torch.device("cpu"))
+    inv_freq, factor = (
+        fn(config, torch.device("cpu"), seq_len=seq_len) if seq_len else fn(config, torch.device("cpu"))
+    )
     return inv_freq.float(), float(factor)
 
 
@@ -84,7 +88,9 @@ class DynamicNTK(_Factor):
     def frequencies(self, base: RopeBase, kv_len: int):
         if kv_len <= base.window:
             return base.inv_freq, base.attention_scaling
-        return hf_frequencies(base, {"rope_type": "dynamic", "factor": self.factor}, base.window, seq_len=kv_len)
+        return hf_frequencies(
+            base, {"rope_type": "dynamic", "factor": self.factor}, base.window, seq_len=kv_len
+        )
 
 
 @METHODS.register("yarn")

@@ -87,7 +87,7 @@ class LaMPE(PositionMethod):
     def validate(self) -> None:
         if self.s1 < 0 or self.s2 < 1:
             raise LampeEvalError("lampe: s1 must be >= 0 and s2 >= 1 (the paper: a zero tail hurts)")
-        if self.L <= self.s1 + self.s2:
+        if self.s1 + self.s2 >= self.L:
             raise LampeEvalError(f"lampe: L={self.L} must exceed s1 + s2 = {self.s1 + self.s2}")
 
     def mapping_length_for(self, l: int, window: int) -> int:

@@ -72,14 +72,16 @@ def rope_base(model: Any, window: int | None = None) -> RopeBase:
     """The model's own RoPE (frequencies as the model ships them, e.g. Llama-3.1's llama3 scaling)."""
     rotary = getattr(getattr(model, "model", model), "rotary_emb", None)
     if rotary is None or not hasattr(rotary, "inv_freq"):
-        raise UnsupportedModelError(f"{type(model).__name__}: no rotary embedding found (is it a RoPE model?)")
+        raise UnsupportedModelError(
+            f"{type(model).__name__}: no rotary embedding found (is it a RoPE model?)"
+        )
     config = model.config
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     inv_freq = getattr(rotary, "original_inv_freq", rotary.inv_freq).detach().float().clone()
     if inv_freq.numel() * 2 != head_dim:
         raise UnsupportedModelError(
-            f"{config.model_type}: partial rotary embeddings (rotary dim {inv_freq.numel() * 2} of {head_dim}) "
-            "are not supported"
+            f"{config.model_type}: partial rotary embeddings "
+            f"(rotary dim {inv_freq.numel() * 2} of {head_dim}) are not supported"
         )
     from ..models import window_from_config
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import torch
-
 from ..attention import Band, Segment
 from ..errors import LampeEvalError
 from .base import METHODS, PositionMethod, RopeBase

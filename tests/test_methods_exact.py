@@ -1,0 +1,116 @@
+"""Every position-remapping method: fast path == dense oracle, exact partition, decode == prefill row."""
+
+import random
+import zlib
+
+import pytest
+import torch
+
+from lampe_eval.attention import segmented_attention
+from lampe_eval.attention.reference import oracle_attention, relative_positions
+from lampe_eval.methods import METHODS, RopeBase, create_method
+
+D = 16
+WINDOW = 96
+
+
+def base(window: int = WINDOW) -> RopeBase:
+    from transformers import LlamaConfig
+
+    config = LlamaConfig(
+        hidden_size=4 * D,
+        num_attention_heads=4,
+        head_dim=D,
+        max_position_embeddings=window,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+    )
+    inv = 1.0 / (10000 ** (torch.arange(0, D, 2).float() / D))
+    return RopeBase(inv_freq=inv, attention_scaling=1.0, window=window, head_dim=D, config=config)
+
+
+def random_params(name: str, rng: random.Random) -> dict:
+    if name == "lampe":
+        s1, s2 = rng.randint(0, 20), rng.randint(1, 12)
+        return {
+            "s1": s1,
+            "s2": s2,
+            "m": rng.randint(s1 + s2 + 1, WINDOW),
+            "identity_within_window": False,
+            "mscale": rng.choice([1.0, 1.0693]),
+        }
+    if name == "selfextend":
+        return {
+            "group_size": rng.randint(2, 9),
+            "window": rng.randint(1, 40),
+            "scale_base": rng.choice([-1, 64]),
+        }
+    if name == "dca":
+        chunk = rng.randint(8, 60)
+        return {
+            "chunk_size": chunk,
+            "local_window": rng.randint(1, chunk),
+            "max_position": chunk + rng.randint(0, 40),
+            "mscale_coef": rng.choice([0.0, 0.1]),
+        }
+    if name == "rerope":
+        return {
+            "window": rng.randint(1, 50),
+            "leaky_k": rng.choice([0.0, 4.0, 16.0]),
+            "logn": rng.choice([True, False]),
+        }
+    if name == "string":
+        shift = rng.randint(2, 70)
+        return {"shift": shift, "local": rng.randint(0, shift - 1)}
+    return {}
+
+
+POSITION_METHODS = ["lampe", "selfextend", "dca", "rerope", "string"]
+ALL_METHODS = METHODS.names()
+
+
+def test_every_registered_method_is_covered():
+    assert set(POSITION_METHODS) <= set(ALL_METHODS)
+    assert {m for m in ALL_METHODS if METHODS.get(m).kind == "position"} == set(POSITION_METHODS)
+
+
+@pytest.mark.parametrize("name", POSITION_METHODS)
+@pytest.mark.parametrize("length", [5, 37, 150, 260])
+def test_fast_path_equals_oracle_with_gqa(name, length):
+    rng = random.Random(zlib.crc32(f"{name}{length}".encode()))
+    for trial in range(3):
+        method = create_method(name, WINDOW, 4 * WINDOW, **random_params(name, rng))
+        plan = method.plan(base(), length, length)
+        q = torch.randn(1, 6, length, D)
+        k, v = torch.randn(1, 2, length, D), torch.randn(1, 2, length, D)
+        block = rng.choice([16, 64, 1024])
+        fast = segmented_attention(q, k, v, plan, 0, D**-0.5, block=block)
+        ref = oracle_attention(q, k, v, plan, 0, D**-0.5)
+        err = (fast - ref).abs().max().item()
+        assert err <= 1e-4, f"{method.label()} trial {trial}: {err}"
+
+
+@pytest.mark.parametrize("name", [*POSITION_METHODS, "rope", "ntk", "yarn", "linear", "dynamic_ntk"])
+@pytest.mark.parametrize("length", [3, 64, 200])
+def test_segments_partition_the_causal_pairs_exactly(name, length):
+    rng = random.Random(length)
+    for _ in range(3):
+        method = create_method(name, WINDOW, 4 * WINDOW, **random_params(name, rng))
+        plan = method.plan(base(), length, length)
+        _, owner = relative_positions(plan, 0, length, length)  # raises on overlap
+        causal = torch.ones(length, length, dtype=torch.bool).tril()
+        assert ((owner >= 0) == causal).all(), method.label()
+
+
+@pytest.mark.parametrize("name", POSITION_METHODS + ["dynamic_ntk"])
+def test_decode_step_equals_last_row_of_prefill(name):
+    """One decode step (q_len 1, cached keys) == last row of the full prefill with the same mapping."""
+    rng = random.Random(7)
+    length = 180
+    for _ in range(3):
+        method = create_method(name, WINDOW, 4 * WINDOW, **random_params(name, rng))
+        plan = method.plan(base(), length - 1, length)  # prompt of length-1 tokens, one generated
+        q = torch.randn(1, 4, length, D)
+        k, v = torch.randn(1, 2, length, D), torch.randn(1, 2, length, D)
+        full = segmented_attention(q, k, v, plan, 0, 0.25)
+        step = segmented_attention(q[:, :, -1:], k, v, plan, length - 1, 0.25)
+        assert (step - full[:, :, -1:]).abs().max() < 1e-5, method.label()

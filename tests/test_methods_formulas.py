@@ -1,0 +1,203 @@
+"""Relative-position matrices and frequencies against the papers' formulas."""
+
+import math
+import random
+
+import pytest
+import torch
+
+from lampe_eval.attention.reference import relative_positions
+from lampe_eval.methods import create_method
+from lampe_eval.methods.lampe import LaMPE, lampe_segments, mapping_length
+from lampe_eval.methods.selfextend import default_group_size
+
+from .test_methods_exact import base
+
+
+def pe_matrix(method, length: int, window: int = 96) -> torch.Tensor:
+    plan = method.plan(base(window), length, length)
+    pe, owner = relative_positions(plan, 0, length, length)
+    assert (owner >= 0).sum() == length * (length + 1) // 2
+    return pe
+
+
+def distances(length: int) -> torch.Tensor:
+    idx = torch.arange(length)
+    return (idx[:, None] - idx[None, :]).double()
+
+
+# --- LaMPE (paper Sec. 3.2, Appendix B) ----------------------------------------------------------
+
+
+def lampe_pe(length: int, m: int, s1: int, s2: int) -> torch.Tensor:
+    from lampe_eval.attention import AttentionPlan
+
+    plan = AttentionPlan(lampe_segments(length, m, s1, s2), torch.ones(1))
+    return relative_positions(plan, 0, length, length)[0]
+
+
+def test_lampe_matrix_follows_the_paper_within_the_floor_slack():
+    rng = random.Random(0)
+    for _ in range(40):
+        length = rng.randint(20, 300)
+        s1, s2 = rng.randint(0, length // 4), rng.randint(1, length // 4)
+        m = rng.randint(s1 + s2 + 1, length - 1)
+        pe, d = lampe_pe(length, m, s1, s2), distances(length)
+        causal = d >= 0
+        head = causal & (d <= s1)
+        tail = causal & (d >= length - s2)
+        middle = causal & ~head & ~tail
+        assert torch.equal(pe[head], d[head])
+        assert torch.equal(pe[tail], (m - length + d)[tail])
+        k = (m - s1 - s2) / (length - s1 - s2)
+        paper = torch.floor(k * (d - s1) + s1)
+        assert (pe[middle] - paper[middle]).abs().max() <= 1  # floor(x) - floor(y) vs floor(x - y)
+        assert pe[causal].max() == m - 1  # the mapping length is the largest position + 1
+
+
+def test_lampe_is_monotone_along_each_row_appendix_b():
+    rng = random.Random(1)
+    for _ in range(200):
+        length = rng.randint(4, 200)
+        s1 = rng.randint(0, length // 3)
+        s2 = rng.randint(1, max(1, length // 3))
+        if s1 + s2 + 1 >= length:
+            continue
+        m = rng.randint(s1 + s2 + 1, length)
+        pe = lampe_pe(length, m, s1, s2)
+        for i in range(length):
+            row = pe[i, : i + 1]
+            assert (row[:-1] >= row[1:]).all(), (length, m, s1, s2, i)
+
+
+@pytest.mark.parametrize("window", [4096, 8192, 131072])
+def test_lampe_positions_never_exceed_the_window(window):
+    method = LaMPE.build(window, None)
+    for factor in (1.01, 1.5, 2, 4, 8, 16, 64):
+        length = int(window * factor)
+        m = method.mapping_length_for(length, window)
+        assert method.s1 + method.s2 + 1 <= m <= 0.75 * window
+        assert m - 1 < window  # the largest relative position in prefill
+
+
+def test_lampe_sigmoid_and_clamp():
+    assert mapping_length(10_000, 6000, 0.001, -5, 10, 10) == math.floor(6000 / (1 + math.exp(-5)))
+    assert mapping_length(100, 6000, 0.001, 5, 10, 10) == 100  # clamped to l
+    assert mapping_length(10_000, 15, 0.0, 0.0, 10, 10) == 21  # clamped to s1 + s2 + 1
+    within = LaMPE.build(8192, None)
+    assert within.mapping_length_for(8000, 8192) == 8000  # inputs within the window: plain positions
+
+
+def test_lampe_fixed_mapping_and_remap_each_step():
+    frozen = create_method("lampe", 96, None, m=40, s1=8, s2=4, identity_within_window=False)
+    moving = create_method(
+        "lampe", 96, None, m=40, s1=8, s2=4, identity_within_window=False, remap_each_step=True
+    )
+    # prompt of 150 tokens, cache now 160: frozen keeps l = 150, moving uses l = 160
+    frozen_pe, _ = relative_positions(frozen.plan(base(), 150, 160), 0, 160, 160)
+    moving_pe, _ = relative_positions(moving.plan(base(), 150, 160), 0, 160, 160)
+    assert moving_pe[159, 0] == 39  # m - 1 at the current length
+    assert frozen_pe[159, 0] == 40 - 150 + 159  # the tail extends the frozen map: m - l + d
+
+
+# --- SelfExtend, ReRoPE, STRING, DCA ----------------------------------------------------------------
+
+
+def test_selfextend_matrix_and_reach():
+    g, w, length = 4, 16, 120
+    pe, d = (
+        pe_matrix(create_method("selfextend", 96, None, group_size=g, window=w), length),
+        distances(length),
+    )
+    i, j = torch.meshgrid(torch.arange(length), torch.arange(length), indexing="ij")
+    causal = d >= 0
+    near = causal & (d < w)
+    assert torch.equal(pe[near], d[near])
+    grouped = (
+        torch.div(i, g, rounding_mode="floor") - torch.div(j, g, rounding_mode="floor") + w - w // g
+    ).double()
+    assert torch.equal(pe[causal & ~near], grouped[causal & ~near])
+    # the README's reach: a model with window W handles (W - w) * G + w tokens without unseen positions
+    window = 64
+    reach = (window - w) * g + w
+    pe = pe_matrix(create_method("selfextend", window, None, group_size=g, window=w), reach, window)
+    assert pe.max() == window - 1
+
+
+def test_selfextend_default_group_size_meets_the_readme_rule():
+    for window, target in [(4096, 16384), (8192, 32768), (8192, 131072)]:
+        w = window // 4
+        g = default_group_size(window, w, target)
+        assert (2 * window) // 3 > w + (target - w) / g
+
+
+@pytest.mark.parametrize("leaky_k", [0.0, 8.0])
+def test_rerope_clamps_or_leaks_beyond_the_window(leaky_k):
+    w, length = 20, 90
+    pe = pe_matrix(create_method("rerope", 96, None, window=w, leaky_k=leaky_k), length)
+    d = distances(length)
+    causal = d >= 0
+    expected = torch.where(d < w, d, w + (d - w) / leaky_k if leaky_k else torch.full_like(d, w))
+    assert torch.allclose(pe[causal], expected[causal], atol=1e-4)
+
+
+def test_string_shift_formula():
+    shift, local, length = 30, 5, 100
+    pe, d = pe_matrix(create_method("string", 96, None, shift=shift, local=local), length), distances(length)
+    causal = d >= 0
+    expected = torch.where(d < shift, d, d - shift + local)
+    assert torch.equal(pe[causal], expected[causal])
+    assert pe[causal].max() == length - 1 - shift + local
+
+
+def test_dca_positions_follow_the_paper():
+    s, w, cap, length = 24, 6, 31, 100
+    pe = pe_matrix(create_method("dca", 96, None, chunk_size=s, local_window=w, max_position=cap), length)
+    for i in range(length):
+        for j in range(i + 1):
+            ci, cj = i // s, j // s
+            if ci == cj:
+                expected = i - j
+            elif ci - cj == 1:
+                expected = (s + i % s if i % s < w else cap) - j % s
+            else:
+                expected = cap - j % s
+            assert pe[i, j] == expected, (i, j)
+    assert pe.max() <= cap
+
+
+# --- frequency methods -------------------------------------------------------------------------------
+
+
+def test_linear_and_ntk_frequencies():
+    b = base()
+    linear, factor = create_method("linear", 96, None, factor=4.0).frequencies(b, 10)
+    assert torch.allclose(linear, b.inv_freq / 4) and factor == 1.0
+    ntk, _ = create_method("ntk", 96, None, factor=4.0).frequencies(b, 10)
+    theta = 10000 * 4 ** (16 / 14)  # YaRN paper eq. 16
+    assert torch.allclose(ntk, 1.0 / theta ** (torch.arange(0, 16, 2).float() / 16))
+
+
+def test_yarn_frequencies_and_temperature_match_the_paper():
+    window, s, dim = 96, 4.0, 16
+    inv, attention = create_method("yarn", window, None, factor=s).frequencies(base(window), 10)
+    assert attention == pytest.approx(0.1 * math.log(s) + 1)
+    theta = 1.0 / 10000 ** (torch.arange(0, dim, 2).double() / dim)
+
+    def correction_dim(rotations: float) -> float:
+        return dim * math.log(window / (rotations * 2 * math.pi)) / (2 * math.log(10000))
+
+    low, high = max(math.floor(correction_dim(32)), 0), min(math.ceil(correction_dim(1)), dim - 1)
+    ramp = ((torch.arange(dim // 2).double() - low) / max(high - low, 0.001)).clamp(0, 1)
+    expected = theta / s * ramp + theta * (1 - ramp)
+    assert torch.allclose(inv.double(), expected, rtol=1e-5)
+
+
+def test_dynamic_ntk_follows_the_current_length():
+    window, s, dim = 96, 2.0, 16
+    method = create_method("dynamic_ntk", window, None, factor=s)
+    same, _ = method.frequencies(base(window), window)
+    assert torch.equal(same, base(window).inv_freq)
+    grown, _ = method.frequencies(base(window), 300)
+    theta = 10000 * ((s * 300 / window) - (s - 1)) ** (dim / (dim - 2))
+    assert torch.allclose(grown, 1.0 / theta ** (torch.arange(0, dim, 2).float() / dim), rtol=1e-5)

@@ -1,0 +1,123 @@
+"""Patching real transformers models: exactness, removal, decoding with a cache, clear errors."""
+
+import pytest
+import torch
+
+from lampe_eval.errors import LampeEvalError, UnsupportedModelError
+from lampe_eval.methods import METHODS, apply_method, create_method
+from lampe_eval.models import tiny_llama
+
+WINDOW = 64
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_llama(window=WINDOW, layers=2, heads=4, kv_heads=2, head_dim=16)
+
+
+@pytest.fixture(scope="module")
+def ids():
+    torch.manual_seed(1)
+    return torch.randint(0, 128, (1, 150))
+
+
+@torch.no_grad()
+def logits(model, ids, **kwargs):
+    return model(ids, **kwargs).logits
+
+
+def test_rope_patch_is_bit_exact_and_removal_restores_the_model(model, ids):
+    before = logits(model, ids)
+    with apply_method(model, create_method("rope", WINDOW)):
+        assert torch.equal(logits(model, ids), before)
+    with apply_method(model, create_method("lampe", WINDOW, 150)):
+        assert not torch.equal(logits(model, ids), before)
+    assert torch.equal(logits(model, ids), before)  # patch removed exactly
+    assert all("forward" not in vars(m) for m in model.modules())
+
+
+@pytest.mark.parametrize("model_type", ["llama", "mistral", "qwen2"])
+def test_identity_mappings_reproduce_the_unpatched_model(model_type, ids):
+    """Methods whose mapping is the identity at this length must give transformers' own logits:
+    this checks the patched forward (un-rotated cache, positions, GQA) against the library."""
+    net = tiny_llama(window=WINDOW, model_type=model_type)
+    reference = logits(net, ids)
+    for name, params in [
+        ("selfextend", {"window": 1000, "group_size": 4}),
+        ("string", {"shift": 999, "mscale": 1.0}),
+        ("rerope", {"window": 999, "logn": False}),
+        ("lampe", {"mscale": 1.0, "m": 150}),
+        ("linear", {"factor": 1.0}),
+        ("dynamic_ntk", {"factor": 2.0}),
+    ]:
+        method = create_method(name, 1000 if name == "dynamic_ntk" else WINDOW, None, **params)
+        with apply_method(net, method, window=1000 if name == "dynamic_ntk" else None):
+            assert (logits(net, ids) - reference).abs().max() < 2e-5, name
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("name", METHODS.names())
+def test_generate_with_cache_runs_for_every_method(model, ids, name):
+    with apply_method(model, create_method(name, WINDOW, 256)):
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, do_sample=False)
+    assert out.shape == (1, ids.shape[1] + 6)
+
+
+LENGTH_FREE = ["rope", "selfextend", "dca", "rerope", "string", "ntk", "yarn", "linear", "dynamic_ntk"]
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("name", [*LENGTH_FREE, "lampe-remap"])
+def test_cached_greedy_generation_equals_generation_without_cache(model, ids, name):
+    params = {"remap_each_step": True, "identity_within_window": False} if name == "lampe-remap" else {}
+    method = create_method(name.split("-")[0], WINDOW, 256, **params)
+    with apply_method(model, method):
+        kwargs = {"attention_mask": torch.ones_like(ids), "max_new_tokens": 8, "do_sample": False}
+        cached = model.generate(ids, use_cache=True, **kwargs)
+        uncached = model.generate(ids, use_cache=False, **kwargs)
+        assert torch.equal(cached, uncached)
+        # and the cached step logits equal a full forward over the same tokens
+        full = logits(model, cached)[:, -1]
+        past = model(cached[:, :-1], use_cache=True).past_key_values
+        step = model(cached[:, -1:], past_key_values=past, use_cache=True).logits[:, -1]
+        assert (full - step).abs().max() < 1e-4
+
+
+@torch.no_grad()
+def test_lampe_freezes_the_mapping_at_the_prompt_length(model, ids):
+    method = create_method("lampe", WINDOW, 256, identity_within_window=False)
+    with apply_method(model, method) as handle:
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=5, do_sample=False)
+        assert handle.state.context_length == ids.shape[1]
+    assert out.shape[1] == ids.shape[1] + 5
+
+
+def test_padded_batches_are_refused(model, ids):
+    mask = torch.ones(2, ids.shape[1], dtype=torch.long)
+    mask[1, :3] = 0
+    with (
+        apply_method(model, create_method("lampe", WINDOW, 150)),
+        pytest.raises(LampeEvalError, match="padded"),
+    ):
+        model(ids.repeat(2, 1), attention_mask=mask)
+
+
+def test_unsupported_architecture_is_a_clear_error():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=50))
+    with pytest.raises(UnsupportedModelError, match="unsupported architecture 'gpt2'"):
+        apply_method(gpt2, create_method("lampe", 1024, 2048))
+
+
+def test_double_patching_is_refused(model):
+    with (
+        apply_method(model, create_method("dca", WINDOW)),
+        pytest.raises(LampeEvalError, match="already patched"),
+    ):
+        apply_method(model, create_method("string", WINDOW))
+
+
+def test_unknown_parameter_is_a_clear_error():
+    with pytest.raises(LampeEvalError, match="no parameter group"):
+        create_method("lampe", WINDOW, None, group=3)
