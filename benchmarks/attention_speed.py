@@ -1,0 +1,127 @@
+"""Time each method's attention against plain causal SDPA, and measure its peak memory.
+
+One layer's attention (prefill), head_dim 64, 9 query / 3 KV heads (SmolLM2's shape), fp32 on CPU
+(bf16 on CUDA). Each method is configured for 2x extrapolation (pretraining window = L / 2), so
+every segment of every method is non-empty. Each (method, length) runs in a fresh subprocess: its
+peak resident memory above the inputs is the method's working memory.
+
+    python benchmarks/attention_speed.py [--lengths 4096,8192,16384] [--repeats 3] [--methods ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+
+HQ, HKV, DIM = 9, 3, 64
+
+
+def measure(method: str, length: int, repeats: int) -> dict:
+    """Runs in the child process."""
+    import resource
+    import time
+
+    import torch
+
+    from lampe_eval.attention import segmented_attention
+    from lampe_eval.attention.rope import apply_rope
+    from lampe_eval.methods import RopeBase, create_method
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    torch.manual_seed(0)
+    q = torch.randn(1, HQ, length, DIM, device=device, dtype=dtype)
+    k = torch.randn(1, HKV, length, DIM, device=device, dtype=dtype)
+    v = torch.randn(1, HKV, length, DIM, device=device, dtype=dtype)
+    inv_freq = 1.0 / (1e5 ** (torch.arange(0, DIM, 2, device=device).float() / DIM))
+    window = length // 2
+
+    if method == "sdpa":
+        pos = torch.arange(length, device=device)
+
+        def run():
+            return torch.nn.functional.scaled_dot_product_attention(
+                apply_rope(q, pos, inv_freq), apply_rope(k, pos, inv_freq), v, is_causal=True, enable_gqa=True
+            )
+    else:
+        from transformers import LlamaConfig
+
+        config = LlamaConfig(
+            hidden_size=HQ * DIM,
+            num_attention_heads=HQ,
+            num_key_value_heads=HKV,
+            head_dim=DIM,
+            max_position_embeddings=window,
+            rope_parameters={"rope_type": "default", "rope_theta": 1e5},
+        )
+        base = RopeBase(inv_freq=inv_freq, attention_scaling=1.0, window=window, head_dim=DIM, config=config)
+        extra = {"identity_within_window": False} if method == "lampe" else {}
+        plan = create_method(method, window, length, **extra).plan(base, length, length)
+
+        def run():
+            return segmented_attention(q, k, v, plan, 0, DIM**-0.5)
+
+    base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, inputs included
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+        base_cuda = torch.cuda.memory_allocated()
+    run()  # warm-up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    if device == "cuda":
+        peak_mb = (torch.cuda.max_memory_allocated() - base_cuda) / 2**20
+    else:  # growth of the peak resident set above what the process held with its inputs
+        peak_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base_rss) / 1024
+    return {"method": method, "length": length, "seconds": min(times), "peak_mb": peak_mb, "device": device}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lengths", default="4096,8192,16384")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--methods", default="sdpa,rope,lampe,selfextend,dca,rerope,string,ntk,yarn,dynamic_ntk,linear"
+    )
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(measure(args.child[0], int(args.child[1]), int(args.child[2]))))
+        return
+    lengths = [int(x) for x in args.lengths.split(",")]
+    methods = args.methods.split(",")
+    rows: dict[tuple[str, int], dict] = {}
+    for length in lengths:
+        for method in methods:
+            out = subprocess.run(
+                [sys.executable, __file__, "--child", method, str(length), str(args.repeats)],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            rows[(method, length)] = json.loads(out.stdout.strip().splitlines()[-1])
+            print(f"  {method:>12} @ {length:>6}: {rows[(method, length)]['seconds']:.3f} s", file=sys.stderr)
+    device = next(iter(rows.values()))["device"]
+    print(f"\nAttention of one layer, {HQ} q / {HKV} kv heads, head_dim {DIM}, window = L/2, device {device}")
+    print(
+        "seconds (ratio to causal SDPA, best of repeats); peak MB = working memory above the inputs\n"
+    )
+    header = "| method | " + " | ".join(f"{n // 1024}K time (x SDPA) | {n // 1024}K peak MB" for n in lengths)
+    print(header + " |")
+    print("|" + "---|" * (1 + 2 * len(lengths)))
+    for method in methods:
+        cells = []
+        for length in lengths:
+            row, ref = rows[(method, length)], rows[("sdpa", length)]["seconds"]
+            cells += [f"{row['seconds']:.3f} ({row['seconds'] / ref:.2f}x)", f"{row['peak_mb']:.0f}"]
+        print(f"| {method} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()
