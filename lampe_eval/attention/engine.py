@@ -20,6 +20,7 @@ from .regions import Segment
 from .rope import apply_rope
 
 DEFAULT_BLOCK = 1024
+SINGLE_MASK_KEYS = 1024  # a block whose keys span at most this is attended in one masked call
 NEG_INF = float("-inf")
 
 
@@ -57,15 +58,26 @@ def segmented_attention(
         rows = (stops > starts).nonzero()
         if rows.numel() == 0:
             continue
-        key_lo, key_hi = int(starts[rows[0, 0] :].min()), int(stops.max())
-        q_rot = apply_rope(query, segment.q_pos(q_idx), plan.inv_freq, plan.rope_scaling)
+        # only the rows and keys this segment touches are rotated and attended
+        r0, r1 = int(rows[0, 0]), int(rows[-1, 0]) + 1
+        starts, stops = starts[r0:r1], stops[r0:r1]
+        key_lo, key_hi = int(starts.min()), int(stops.max())
+        q_rot = apply_rope(query[:, :, r0:r1], segment.q_pos(q_idx[r0:r1]), plan.inv_freq, plan.rope_scaling)
         k_idx = torch.arange(key_lo, key_hi, device=device)
         k_rot = apply_rope(key[:, :, key_lo:key_hi], segment.k_pos(k_idx), plan.inv_freq, plan.rope_scaling)
-        breaks = [b - q_start for b in segment.region.breakpoints(q_start, q_start + n)]
+        first_row = q_start + r0
+        breaks = [b - first_row for b in segment.region.breakpoints(first_row, q_start + r1)]
         out, lse = interval_attention(
-            q_rot, k_rot, value[:, :, key_lo:key_hi], starts - key_lo, stops - key_lo, scale, block, breaks
+            q_rot,
+            k_rot,
+            value[:, :, key_lo:key_hi],
+            starts - key_lo,
+            stops - key_lo,
+            scale,
+            segment.region.block_size(block),
+            breaks,
         )
-        merge_into(acc_out, acc_lse, out, lse)
+        merge_into(acc_out[:, :, r0:r1], acc_lse[:, :, r0:r1], out, lse)
     return acc_out.to(query.dtype)
 
 
@@ -105,13 +117,17 @@ def interval_attention(
             continue
         a = a + int(nonempty[0, 0])  # leading rows with no key keep lse -inf
         s, e = starts[a:b], stops[a:b]
-        for key_lo, key_hi, kind in _plan_pieces(s, e):
+        pieces = _plan_pieces(s, e)
+        for key_lo, key_hi, kind in pieces:
             mask = None
             if kind == "mask":
                 keys = torch.arange(key_lo, key_hi, device=q.device)
                 mask = (keys[None, :] >= s[:, None]) & (keys[None, :] < e[:, None])
             o, l_ = _attend(q[:, :, a:b], k[:, :, key_lo:key_hi], v[:, :, key_lo:key_hi], scale, kind, mask)
-            merge_into(out[:, :, a:b], lse[:, :, a:b], o, l_)
+            if len(pieces) == 1:
+                out[:, :, a:b], lse[:, :, a:b] = o, l_
+            else:
+                merge_into(out[:, :, a:b], lse[:, :, a:b], o, l_)
     return out, lse
 
 
@@ -119,6 +135,8 @@ def _plan_pieces(s: torch.Tensor, e: torch.Tensor) -> list[tuple[int, int, str]]
     """Split a block's key range into an unmasked rectangle, a causal triangle and masked edges."""
     rows = s.shape[0]
     s_first, s_last, e_first, e_last = int(s[0]), int(s[-1]), int(e[0]), int(e[-1])
+    if e_last - s_first <= SINGLE_MASK_KEYS:  # thin: one masked call beats three calls + merges
+        return [(s_first, e_last, "mask")]
     pieces: list[tuple[int, int, str]] = []
     unit_slope = e_last - e_first == rows - 1 and bool(
         (e - e_first == torch.arange(rows, device=e.device)).all()

@@ -34,6 +34,10 @@ class Region:
         """Query indices in (first, last) where ``start`` may jump (blocks are split there)."""
         return []
 
+    def block_size(self, default: int) -> int:
+        """Query rows per block: thin bands use smaller blocks so their masked edges stay thin."""
+        return default
+
     def dense_mask(self, queries: torch.Tensor, num_keys: int) -> torch.Tensor:
         """Boolean [n, num_keys] view, for the oracle and the partition tests only."""
         start, stop = self.bounds(queries)
@@ -52,6 +56,12 @@ class Band(Region):
         stop = (queries - self.lo + 1).clamp(min=0)
         start = torch.zeros_like(queries) if self.hi is None else (queries - self.hi).clamp(min=0)
         return start, torch.maximum(stop, start)
+
+    def block_size(self, default: int) -> int:
+        if self.hi is None:
+            return default
+        # a block of B rows costs about (width + B) keys per row: B ~ width / 2 keeps waste <= 1.5x
+        return max(64, min(default, (self.hi - self.lo + 1) // 2))
 
 
 @dataclass(frozen=True)
