@@ -101,8 +101,8 @@ def test_overlapping_segments_are_detected():
 
 
 def test_memory_stays_blockwise(monkeypatch):
-    """No attention piece is larger than (block rows) x (block + band) keys except unmasked rectangles,
-    and no mask is larger than block x (2 * block): memory is O(L * block), not O(L^2)."""
+    """Pieces never exceed ``block`` query rows and masks never exceed block x max(2 block, SINGLE_MASK_KEYS):
+    the largest temporary does not grow with the sequence length (O(L * block), not O(L^2))."""
     seen: list[tuple[int, int, str, int]] = []
     original = engine_module._attend
 
@@ -111,9 +111,13 @@ def test_memory_stays_blockwise(monkeypatch):
         return original(q, k, v, scale, kind, mask)
 
     monkeypatch.setattr(engine_module, "_attend", spy)
-    n, block = 2048, 128
-    q, k, v = qkv(n, 3, 1)
-    segmented_attention(q, k, v, shifted_plan(), 0, 0.3, block=block)
-    assert seen
-    assert max(rows for rows, *_ in seen) <= block
-    assert max(mask for *_, mask in seen) <= block * 2 * block
+    block = 128
+    largest_mask = {}
+    for n in (1024, 4096):
+        seen.clear()
+        q, k, v = qkv(n, 3, 1)
+        segmented_attention(q, k, v, shifted_plan(), 0, 0.3, block=block)
+        assert max(rows for rows, *_ in seen) <= block
+        largest_mask[n] = max(mask for *_, mask in seen)
+        assert largest_mask[n] <= block * max(2 * block, engine_module.SINGLE_MASK_KEYS)
+    assert largest_mask[4096] == largest_mask[1024]
