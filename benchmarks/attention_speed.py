@@ -109,9 +109,7 @@ def main() -> None:
             print(f"  {method:>12} @ {length:>6}: {rows[(method, length)]['seconds']:.3f} s", file=sys.stderr)
     device = next(iter(rows.values()))["device"]
     print(f"\nAttention of one layer, {HQ} q / {HKV} kv heads, head_dim {DIM}, window = L/2, device {device}")
-    print(
-        "seconds (ratio to causal SDPA, best of repeats); peak MB = working memory above the inputs\n"
-    )
+    print("seconds (ratio to causal SDPA, best of repeats); peak MB = working memory above the inputs\n")
     header = "| method | " + " | ".join(f"{n // 1024}K time (x SDPA) | {n // 1024}K peak MB" for n in lengths)
     print(header + " |")
     print("|" + "---|" * (1 + 2 * len(lengths)))
