@@ -21,6 +21,8 @@ from .rope import apply_rope
 
 DEFAULT_BLOCK = 1024
 SINGLE_MASK_KEYS = 1024  # a block whose keys span at most this is attended in one masked call
+PORTABLE_MAX_KEYS = 8192  # widest key slice per call on the portable (score-materialising) path
+FORCE_PORTABLE = False  # tests flip this to check the portable path on CPU
 NEG_INF = float("-inf")
 
 
@@ -118,6 +120,8 @@ def interval_attention(
         a = a + int(nonempty[0, 0])  # leading rows with no key keep lse -inf
         s, e = starts[a:b], stops[a:b]
         pieces = _plan_pieces(s, e)
+        if not _uses_cpu_kernel(q):  # the portable path materialises scores: bound their width
+            pieces = _split_wide(pieces, PORTABLE_MAX_KEYS)
         for key_lo, key_hi, kind in pieces:
             mask = None
             if kind == "mask":
@@ -129,6 +133,21 @@ def interval_attention(
             else:
                 merge_into(out[:, :, a:b], lse[:, :, a:b], o, l_)
     return out, lse
+
+
+def _uses_cpu_kernel(q: torch.Tensor) -> bool:
+    return q.device.type == "cpu" and not FORCE_PORTABLE
+
+
+def _split_wide(pieces: list[tuple[int, int, str]], width: int) -> list[tuple[int, int, str]]:
+    """Cut unmasked rectangles into slices of at most ``width`` keys (merged exactly afterwards)."""
+    out: list[tuple[int, int, str]] = []
+    for lo, hi, kind in pieces:
+        if kind != "full":
+            out.append((lo, hi, kind))
+            continue
+        out.extend((start, min(start + width, hi), kind) for start in range(lo, hi, width))
+    return out
 
 
 def _plan_pieces(s: torch.Tensor, e: torch.Tensor) -> list[tuple[int, int, str]]:
@@ -164,7 +183,7 @@ def _attend(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, kind: str, mask: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One dense piece: (out, lse) in fp32. ``kind`` is "full", "causal" (top-left) or "mask"."""
-    if q.device.type == "cpu":
+    if _uses_cpu_kernel(q):
         additive = None
         if mask is not None:
             additive = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill_(~mask, NEG_INF)
