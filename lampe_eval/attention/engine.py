@@ -12,12 +12,12 @@ by head broadcasting). Elsewhere a blockwise matmul path (exact; GQA without rep
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from .regions import Segment
-from .rope import apply_rope
+from .rope import rope_cos_sin, rotate_half
 
 DEFAULT_BLOCK = 1024
 SINGLE_MASK_KEYS = 1024  # a block whose keys span at most this is attended in one masked call
@@ -34,6 +34,23 @@ class AttentionPlan:
     inv_freq: torch.Tensor
     rope_scaling: float = 1.0  # multiplies cos and sin (so logits by its square)
     query_scale: Callable[[torch.Tensor], torch.Tensor] | None = None  # per absolute query index
+    # cos/sin tables by (segment, "q"/"k", first index, end index, dtype): a plan serves every layer of a
+    # forward pass, so each table is computed once per pass instead of once per layer
+    _tables: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict, repr=False)
+
+    def rotate(self, x: torch.Tensor, segment: int, side: str, first: int, end: int) -> torch.Tensor:
+        """Rotate rows ``first..end-1`` (absolute indices), held in ``x`` [..., end-first, D], at the
+        segment's query (``side="q"``) or key (``side="k"``) positions."""
+        key = (segment, side, first, end, x.dtype, x.device)
+        if key not in self._tables:
+            idx = torch.arange(first, end, device=x.device)
+            seg = self.segments[segment]
+            positions = seg.q_pos(idx) if side == "q" else seg.k_pos(idx)
+            if len(self._tables) > 64:  # a plan lives for one forward pass; stay bounded anyway
+                self._tables.clear()
+            self._tables[key] = rope_cos_sin(positions, self.inv_freq, self.rope_scaling, x.dtype)
+        cos, sin = self._tables[key]
+        return x * cos + rotate_half(x) * sin
 
 
 def segmented_attention(
@@ -55,7 +72,7 @@ def segmented_attention(
         query = query * plan.query_scale(q_idx).to(query.dtype)[:, None]
     acc_out = torch.zeros(query.shape, dtype=torch.float32, device=device)
     acc_lse = torch.full(query.shape[:3], NEG_INF, dtype=torch.float32, device=device)
-    for segment in plan.segments:
+    for seg_index, segment in enumerate(plan.segments):
         starts, stops = segment.region.bounds(q_idx)
         rows = (stops > starts).nonzero()
         if rows.numel() == 0:
@@ -64,9 +81,8 @@ def segmented_attention(
         r0, r1 = int(rows[0, 0]), int(rows[-1, 0]) + 1
         starts, stops = starts[r0:r1], stops[r0:r1]
         key_lo, key_hi = int(starts.min()), int(stops.max())
-        q_rot = apply_rope(query[:, :, r0:r1], segment.q_pos(q_idx[r0:r1]), plan.inv_freq, plan.rope_scaling)
-        k_idx = torch.arange(key_lo, key_hi, device=device)
-        k_rot = apply_rope(key[:, :, key_lo:key_hi], segment.k_pos(k_idx), plan.inv_freq, plan.rope_scaling)
+        q_rot = plan.rotate(query[:, :, r0:r1], seg_index, "q", q_start + r0, q_start + r1)
+        k_rot = plan.rotate(key[:, :, key_lo:key_hi], seg_index, "k", key_lo, key_hi)
         first_row = q_start + r0
         breaks = [b - first_row for b in segment.region.breakpoints(first_row, q_start + r1)]
         out, lse = interval_attention(
