@@ -4,9 +4,18 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 TORCH   ?= torch==2.13.0
 
-.PHONY: setup test test-fast lint demo bench clean
+.PHONY: setup corpus test test-fast lint demo bench clean
 
-setup: $(BIN)/lampe-eval
+setup: $(BIN)/lampe-eval corpus
+
+# Offline book corpus (stands in for PG-19, RULER's essay haystack): the KJV from Debian's bible-kjv-text,
+# printed by the `bible` command of bible-kjv. Installed when missing and we are root (CI); otherwise a hint.
+corpus:
+	@command -v bible >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q bible-kjv >/dev/null || \
+	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -q bible-kjv >/dev/null; }; \
+	  else echo "note: the offline corpus needs 'sudo apt-get install -y bible-kjv' (PG-19/RULER offline)"; fi; }
 
 $(BIN)/lampe-eval: pyproject.toml
 	$(PY) -m venv $(VENV)
