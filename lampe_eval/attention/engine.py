@@ -170,6 +170,8 @@ def _plan_pieces(s: torch.Tensor, e: torch.Tensor) -> list[tuple[int, int, str]]
     """Split a block's key range into an unmasked rectangle, a causal triangle and masked edges."""
     rows = s.shape[0]
     s_first, s_last, e_first, e_last = int(s[0]), int(s[-1]), int(e[0]), int(e[-1])
+    if rows == 1:  # a decode step: one unmasked call
+        return [(s_first, e_last, "full")]
     if e_last - s_first <= SINGLE_MASK_KEYS:  # thin: one masked call beats three calls + merges
         return [(s_first, e_last, "mask")]
     pieces: list[tuple[int, int, str]] = []
