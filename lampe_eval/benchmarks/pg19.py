@@ -1,0 +1,376 @@
+"""PG-19 perplexity for length extrapolation (``--bench pg19``, one task ``pg19``).
+
+Protocol (the extrapolation papers' "truncate" setting, e.g. YaRN's ``--truncate``; LaMPE Appendix D):
+for an evaluation length L, walk the documents in their fixed order, keep those with at least
+``max(L, pg19_min_tokens)`` tokens, and cut each to exactly L tokens (its first L; with
+``pg19_per_doc=2`` also the next L, the paper's "200 passages from 100 books"). Documents are never
+concatenated, except when no single document is long enough: then the corpus is read as one volume (all
+documents joined in order) and cut into consecutive L-token passages (``meta.concatenated``). Each passage
+gets one forward pass; every predicted token (L - 1 of them) is scored, and separately the last quarter
+of the passage (its last L // 4 tokens, where extrapolation bites). When the tokenizer adds special tokens
+in front of a text (a BOS), every passage starts with them (YaRN prepends a BOS per window) and they count
+in L.
+
+Averaging: the task-level perplexity is exp(token-weighted mean NLL) over all passages (``aggregate``);
+every passage of a job has the same length, so this is also exp(mean of the passages' mean NLLs).
+
+Memory is O(L): the model's decoder returns hidden states (L x hidden), and the LM head + cross-entropy
+run over chunks of ``pg19_chunk`` positions (default 1024), so no L x vocab logits tensor ever exists.
+
+Data (first that applies):
+
+* ``--opt pg19_dir=DIR`` (or ``DATA_DIR/pg19`` with ``--data-dir``): every ``*.txt`` file is one document
+  (sorted by name), e.g. PG-19 books saved as text;
+* ``--opt pg19_dataset=emozilla/pg19-test`` (any id ``datasets`` loads; also ``pg19_split`` (test),
+  ``pg19_field`` (text), ``pg19_title_field`` (short_book_title)): the real PG-19 test set for users
+  with hub access (``deepmind/pg19`` needs its loading script; the parquet copy is simpler);
+* otherwise the offline corpus of :mod:`lampe_eval.data` (66 public-domain books, the KJV, from a Debian
+  package), which stands in for PG-19 on machines without hub access.
+
+Other options: ``pg19_min_tokens`` (keep the same documents across lengths), ``pg19_per_doc``,
+``pg19_chunk``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from ..errors import LampeEvalError, MissingDataError
+from ..models import LoadedModel
+from .base import BENCHMARKS, Benchmark, Sample, SampleContext
+
+DEFAULT_DATASET = "emozilla/pg19-test"
+DEFAULT_CHUNK = 1024
+SATURATION = 100.0  # tables print ">10^2" above this (the paper's Appendix D); raw results keep the value
+
+
+@dataclass(frozen=True)
+class Document:
+    """One book: where it comes from and its text."""
+
+    doc_id: str
+    title: str
+    text: str
+    source: str
+
+
+# ----------------------------------------------------------------------------------------------- data
+def offline_documents() -> list[Document]:
+    from ..data import offline_books
+
+    return [
+        Document(doc_id=f"kjv-{i:02d}", title=book.title, text=book.text, source=book.source)
+        for i, book in enumerate(offline_books())
+    ]
+
+
+def directory_documents(path: str | Path) -> list[Document]:
+    root = Path(path)
+    files = sorted(root.glob("*.txt"))
+    if not files:
+        raise MissingDataError(f"pg19: no *.txt documents in {root}")
+    return [
+        Document(
+            doc_id=f.stem, title=f.stem, text=f.read_text(encoding="utf-8", errors="replace"), source=str(f)
+        )
+        for f in files
+    ]
+
+
+def hub_documents(
+    dataset: str = DEFAULT_DATASET,
+    split: str = "test",
+    field: str = "text",
+    title_field: str = "short_book_title",
+) -> list[Document]:
+    """The PG-19 test set (or any text dataset) through ``datasets``; needs hub access."""
+    try:
+        import datasets
+
+        data = datasets.load_dataset(dataset, split=split)
+    except Exception as err:  # noqa: BLE001 - no network, unknown id, missing script: one clear message
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise MissingDataError(
+            f"pg19: cannot load {dataset!r} split {split!r} ({first}); without hub access drop "
+            "--opt pg19_dataset to use the offline corpus"
+        ) from err
+    if field not in data.column_names:
+        raise MissingDataError(f"pg19: {dataset!r} has no field {field!r} (fields: {data.column_names})")
+    docs = []
+    for i, row in enumerate(data):
+        title = str(row.get(title_field) or f"{dataset}#{i}")
+        docs.append(
+            Document(doc_id=f"{i:05d}", title=title, text=str(row[field]), source=f"{dataset}:{split}")
+        )
+    return docs
+
+
+def resolve_documents(ctx: SampleContext) -> tuple[str, list[Document]]:
+    """(source label, documents) for a job, following the order in the module docstring."""
+    options = ctx.options or {}
+    directory = options.get("pg19_dir")
+    if not directory and ctx.data_dir and (Path(ctx.data_dir) / "pg19").is_dir():
+        directory = str(Path(ctx.data_dir) / "pg19")
+    if directory:
+        return f"dir:{directory}", directory_documents(directory)
+    if options.get("pg19_dataset"):
+        dataset = str(options["pg19_dataset"])
+        split = str(options.get("pg19_split", "test"))
+        docs = hub_documents(
+            dataset,
+            split,
+            str(options.get("pg19_field", "text")),
+            str(options.get("pg19_title_field", "short_book_title")),
+        )
+        return f"hub:{dataset}:{split}", docs
+    return "offline:kjv", offline_documents()
+
+
+# ------------------------------------------------------------------------------------------ passages
+def special_prefix(tokenizer: Any) -> list[int]:
+    """Tokens the tokenizer puts in front of any text (a BOS), [] when it adds none."""
+    plain = list(tokenizer("a", add_special_tokens=False)["input_ids"])
+    full = list(tokenizer("a")["input_ids"])
+    if len(full) > len(plain) and full[len(full) - len(plain) :] == plain:
+        return full[: len(full) - len(plain)]
+    return []
+
+
+@dataclass(frozen=True)
+class Passage:
+    """``length`` tokens: the special prefix + document tokens [offset, offset + length - len(prefix))."""
+
+    doc_index: int
+    offset: int
+    length: int
+    concatenated: bool = False
+
+
+def select_passages(
+    doc_lengths: Iterable[int],
+    length: int,
+    *,
+    count: int | None,
+    per_doc: int = 1,
+    min_tokens: int = 0,
+    prefix: int = 0,
+) -> list[Passage]:
+    """The truncation protocol on token counts alone (pure, for tests).
+
+    ``doc_lengths`` are the documents' token counts without special tokens (read lazily: documents after
+    the ``count``-th passage are never tokenized); a passage takes ``length - prefix`` document tokens.
+    Documents qualify with at least ``max(length - prefix, min_tokens)`` tokens; each gives up to
+    ``per_doc`` consecutive non-overlapping passages from its start. With no qualifying document, one
+    concatenated volume (index -1) is cut into consecutive passages instead.
+    """
+    body = length - prefix
+    if body < 2:
+        raise LampeEvalError(f"pg19: length {length} is too short for a perplexity passage")
+    if count is not None and count < 1:
+        return []
+    need = max(body, min_tokens)
+    out: list[Passage] = []
+    total = 0
+    for index, n in enumerate(doc_lengths):
+        total += n
+        if n < need:
+            continue
+        for k in range(min(per_doc, n // body)):
+            out.append(Passage(index, k * body, length))
+            if count is not None and len(out) >= count:
+                return out
+    if out:
+        return out
+    wanted = total // body if count is None else min(count, total // body)
+    return [Passage(-1, k * body, length, concatenated=True) for k in range(wanted)]
+
+
+class TokenizedCorpus:
+    """Documents tokenized lazily, once per (corpus, tokenizer)."""
+
+    def __init__(self, docs: list[Document], tokenizer: Any) -> None:
+        self.docs = docs
+        self.tokenizer = tokenizer
+        self._ids: dict[int, list[int]] = {}
+        self._volume: list[int] | None = None
+
+    def ids(self, index: int) -> list[int]:
+        if index < 0:  # all documents in order, a blank line between them
+            if self._volume is None:
+                separator = list(self.tokenizer("\n\n", add_special_tokens=False)["input_ids"])
+                self._volume = []
+                for i in range(len(self.docs)):
+                    self._volume.extend((separator if i else []) + self.ids(i))
+            return self._volume
+        if index not in self._ids:
+            text = self.docs[index].text
+            self._ids[index] = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return self._ids[index]
+
+    def lengths(self) -> Iterator[int]:
+        for i in range(len(self.docs)):
+            yield len(self.ids(i))
+
+
+_CORPORA: dict[tuple[str, int], TokenizedCorpus] = {}
+
+
+def tokenized_corpus(source: str, docs: list[Document], tokenizer: Any) -> TokenizedCorpus:
+    key = (source, id(tokenizer))
+    if key not in _CORPORA or _CORPORA[key].docs != docs:
+        _CORPORA.clear()  # one corpus at a time (a PG-19 test set is ~10M tokens)
+        _CORPORA[key] = TokenizedCorpus(docs, tokenizer)
+    return _CORPORA[key]
+
+
+# ------------------------------------------------------------------------------------------------ loss
+@torch.no_grad()
+def chunked_nll(
+    model: Any, input_ids: torch.Tensor, *, chunk: int = DEFAULT_CHUNK, tail_from: int | None = None
+):
+    """Summed next-token NLL of one sequence, computing logits ``chunk`` positions at a time.
+
+    ``input_ids``: (1, L). Returns (nll_sum, count, nll_sum_tail, count_tail), where the tail counts the
+    predicted tokens at positions >= ``tail_from`` (default: the last L // 4 tokens). fp32 loss.
+    """
+    if input_ids.dim() != 2 or input_ids.shape[0] != 1:
+        raise ValueError("chunked_nll takes one sequence, shape (1, L)")
+    length = input_ids.shape[1]
+    tail_from = length - length // 4 if tail_from is None else tail_from
+    decoder = getattr(model, model.base_model_prefix)
+    head = model.get_output_embeddings()
+    hidden = decoder(input_ids=input_ids, use_cache=False).last_hidden_state  # (1, L, H)
+    targets = input_ids[0, 1:]
+    total = torch.zeros((), dtype=torch.float64)
+    tail = torch.zeros((), dtype=torch.float64)
+    for start in range(0, length - 1, chunk):
+        stop = min(start + chunk, length - 1)
+        logits = head(hidden[0, start:stop]).float()
+        nll = F.cross_entropy(logits, targets[start:stop], reduction="none").double().cpu()
+        total += nll.sum()
+        positions = torch.arange(start + 1, stop + 1)  # the positions of the predicted tokens
+        tail += nll[positions >= tail_from].sum()
+    n_tail = max(0, length - max(tail_from, 1))
+    return float(total), length - 1, float(tail), n_tail
+
+
+def format_ppl(value: float) -> str:
+    """A table cell: ``>10^2`` past saturation (as the paper's Appendix D), else two decimals."""
+    if not math.isfinite(value) or value > SATURATION:
+        return ">10^2"
+    return f"{value:.2f}"
+
+
+def _ppl(nll: float) -> float:
+    return math.exp(nll) if nll < 700 else math.inf
+
+
+# ------------------------------------------------------------------------------------------- benchmark
+@BENCHMARKS.register("pg19")
+class PG19(Benchmark):
+    name = "pg19"
+    summary = "perplexity of book passages cut to exactly the length (PG-19; offline: 66 public-domain books)"
+
+    def __init__(self) -> None:
+        self._windows: dict[str, list[int]] = {}
+
+    def tasks(self) -> list[str]:
+        return ["pg19"]
+
+    def samples(self, task: str, ctx: SampleContext) -> Iterator[Sample]:
+        self.check_task(task)
+        options = ctx.options or {}
+        source, docs = resolve_documents(ctx)
+        tokenizer = ctx.lm.tokenizer
+        prefix = special_prefix(tokenizer)
+        corpus = tokenized_corpus(source, docs, tokenizer)
+        passages = select_passages(
+            corpus.lengths(),
+            ctx.length,
+            count=ctx.limit,
+            per_doc=int(options.get("pg19_per_doc", 1)),
+            min_tokens=int(options.get("pg19_min_tokens", 0)),
+            prefix=len(prefix),
+        )
+        if not passages:
+            raise MissingDataError(f"pg19: the corpus ({source}) has fewer than {ctx.length} tokens")
+        for passage in passages:
+            body = passage.length - len(prefix)
+            window = prefix + corpus.ids(passage.doc_index)[passage.offset : passage.offset + body]
+            if passage.concatenated:
+                title, doc_id = "(all documents, concatenated)", "volume"
+            else:
+                doc = docs[passage.doc_index]
+                title, doc_id = doc.title, doc.doc_id
+            sample_id = f"{doc_id}@{passage.offset}"
+            self._windows[sample_id] = window
+            yield Sample(
+                sample_id=sample_id,
+                task=task,
+                prompt=tokenizer.decode(window),
+                meta={
+                    "source": source,
+                    "doc_id": doc_id,
+                    "title": title,
+                    "offset": passage.offset,
+                    "prompt_tokens": len(window),
+                    "prefix_tokens": len(prefix),
+                    "concatenated": passage.concatenated,
+                },
+            )
+
+    def evaluate(self, lm: LoadedModel, sample: Sample, ctx: SampleContext) -> dict[str, Any]:
+        window = self._windows.get(sample.sample_id)
+        if window is None:  # evaluate() on another instance than samples(): rebuild the windows
+            for other in self.samples(sample.task, ctx):
+                if other.sample_id == sample.sample_id:
+                    break
+            window = self._windows[sample.sample_id]
+        chunk = int((ctx.options or {}).get("pg19_chunk", DEFAULT_CHUNK))
+        ids = torch.tensor([window], dtype=torch.long, device=lm.device)
+        nll, count, nll_tail, count_tail = chunked_nll(lm.model, ids, chunk=chunk)
+        return {
+            "nll_sum": nll,
+            "tokens": count,
+            "nll_sum_last_quarter": nll_tail,
+            "tokens_last_quarter": count_tail,
+            "prompt_tokens": len(window),
+        }
+
+    def score(self, sample: Sample, output: dict[str, Any]) -> dict[str, float]:
+        nll = output["nll_sum"] / output["tokens"]
+        nll_tail = output["nll_sum_last_quarter"] / max(1, output["tokens_last_quarter"])
+        return {
+            "ppl": _ppl(nll),
+            "ppl_last_quarter": _ppl(nll_tail),
+            "nll": nll,
+            "nll_last_quarter": nll_tail,
+            "tokens": float(output["tokens"]),
+            "tokens_last_quarter": float(output["tokens_last_quarter"]),
+        }
+
+    def aggregate(self, task: str, scores: Sequence[dict[str, float]]) -> dict[str, float]:
+        """Token-weighted: PPL = exp(sum of NLL / number of predicted tokens) over all passages."""
+        if not scores:
+            return {}
+        tokens = sum(s["tokens"] for s in scores)
+        tokens_tail = sum(s["tokens_last_quarter"] for s in scores)
+        nll = sum(s["nll"] * s["tokens"] for s in scores) / tokens
+        nll_tail = sum(s["nll_last_quarter"] * s["tokens_last_quarter"] for s in scores) / max(
+            1.0, tokens_tail
+        )
+        return {
+            "ppl": _ppl(nll),
+            "ppl_last_quarter": _ppl(nll_tail),
+            "nll": nll,
+            "nll_last_quarter": nll_tail,
+            "tokens": float(tokens),
+            "passages": float(len(scores)),
+        }
