@@ -1,8 +1,25 @@
 """Per-model method settings: ``method_configs/<method>-<model>.yaml``.
 
-A file holds ``params:`` (the method's hyperparameters for that model) and may hold anything else
-(provenance, sweep data); only ``params`` is read here. Lookup order for a parameter:
-method default (from the window and target length) < this file < ``--param`` on the command line.
+A file holds the method's hyperparameters for that model, optionally per target length and per
+benchmark (the paper's baselines depend on both: SelfExtend's G at 16K vs 25K, YaRN's factor =
+length / window, LaMPE's head and tail sizes for RULER vs LongBench)::
+
+    params: {window: 1024}            # every benchmark, every length
+    by_length:                        # the job's target length (--len); keys like 16k, 25k, 65536
+      16k: {group_size: 16}
+      25k: {group_size: 32}
+    by_benchmark:
+      ruler:                          # same two keys again, for one benchmark
+        params: {...}
+        by_length: {128k: {...}}
+
+Anything else in the file (provenance, sweep data) is ignored here. Later entries win:
+``params`` < ``by_length`` < ``by_benchmark.<b>.params`` < ``by_benchmark.<b>.by_length``; and
+overall: method default (from window and length) < this file < ``--param`` on the command line.
+
+A ``by_length`` table applies the entry for the smallest listed length >= the job's length, or
+the largest listed length when the job is longer than all of them (a setting for 25K also covers
+20K; there is no interpolation).
 """
 
 from __future__ import annotations
@@ -14,6 +31,7 @@ from typing import Any
 import yaml
 
 from .errors import LampeEvalError
+from .lengths import BadLengthError, parse_length
 
 
 def config_dir() -> Path:
@@ -27,12 +45,71 @@ def config_path(method: str, model: str) -> Path:
     return config_dir() / f"{method}-{model}.yaml"
 
 
-def load_method_params(method: str, model: str) -> dict[str, Any]:
+def read_method_config(method: str, model: str) -> dict[str, Any]:
+    """The whole YAML mapping of ``<method>-<model>.yaml`` ({} when there is no file)."""
     path = config_path(method, model)
     if not path.is_file():
         return {}
-    data = yaml.safe_load(path.read_text()) or {}
-    params = data.get("params", {})
-    if not isinstance(params, dict):
-        raise LampeEvalError(f"{path}: 'params' must be a mapping")
-    return params
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise LampeEvalError(f"{path}: not valid YAML: {err}".splitlines()[0]) from err
+    if not isinstance(data, dict):
+        raise LampeEvalError(f"{path}: expected a mapping at the top level")
+    return data
+
+
+def _mapping(value: Any, where: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise LampeEvalError(f"{where} must be a mapping")
+    return value
+
+
+def _length_entry(table: Any, length: int | None, where: str) -> dict[str, Any]:
+    """The ``by_length`` entry that covers ``length`` (see the module docstring)."""
+    table = _mapping(table, where)
+    if not table or length is None:
+        return {}
+    parsed: list[tuple[int, dict[str, Any]]] = []
+    for key, entry in table.items():
+        try:
+            tokens = parse_length(key)
+        except BadLengthError as err:
+            raise LampeEvalError(f"{where}: {err}") from err
+        parsed.append((tokens, _mapping(entry, f"{where}.{key}")))
+    parsed.sort(key=lambda item: item[0])
+    for tokens, entry in parsed:
+        if tokens >= length:
+            return entry
+    return parsed[-1][1]
+
+
+def params_from_config(
+    data: dict[str, Any], length: int | None = None, benchmark: str | None = None, where: str = "config"
+) -> dict[str, Any]:
+    """Resolve a config mapping for one (length, benchmark); pure, for tests and tools."""
+    out = dict(_mapping(data.get("params"), f"{where}: 'params'"))
+    out.update(_length_entry(data.get("by_length"), length, f"{where}: 'by_length'"))
+    by_bench = _mapping(data.get("by_benchmark"), f"{where}: 'by_benchmark'")
+    if benchmark is not None and benchmark in by_bench:
+        block = _mapping(by_bench[benchmark], f"{where}: 'by_benchmark.{benchmark}'")
+        out.update(_mapping(block.get("params"), f"{where}: 'by_benchmark.{benchmark}.params'"))
+        out.update(
+            _length_entry(block.get("by_length"), length, f"{where}: 'by_benchmark.{benchmark}.by_length'")
+        )
+    return out
+
+
+def load_method_params(
+    method: str, model: str, length: int | None = None, benchmark: str | None = None
+) -> dict[str, Any]:
+    """Parameters from ``method_configs/<method>-<model>.yaml`` for a job's length and benchmark.
+
+    Without ``length`` and ``benchmark`` only the top-level ``params`` apply.
+    """
+    data = read_method_config(method, model)
+    if not data:
+        return {}
+    return params_from_config(data, length, benchmark, where=str(config_path(method, model)))

@@ -1,1 +1,1 @@
-"""Grid expansion, the append-only results store and the job loop."""
+"""Grid expansion, the append-only results store, workers (inline, per-GPU processes, Ray) and the driver."""

@@ -1,4 +1,9 @@
-"""A job is one (model, method + params, benchmark, task, length); the grid is their cross product."""
+"""A job is one (model, method + params, benchmark, task, length); the grid is their cross product.
+
+A job runs its benchmark's samples for (task, length); each sample becomes one record in the store,
+keyed ``<job key>:<sample id>``. A :class:`WorkUnit` is what a worker pulls from the queue: a job,
+or one shard of its samples when there are fewer jobs than workers.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,9 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..lengths import format_length
+from ..method_configs import load_method_params
+
 
 @dataclass(frozen=True)
 class Job:
@@ -16,6 +24,8 @@ class Job:
     benchmark: str
     task: str
     length: int
+    # Explicit parameters: method_configs/ file values for this (model, length, benchmark) merged
+    # with --param overrides. Method defaults derived from the window are not included.
     method_params: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
     limit: int | None = None
     seed: int = 0
@@ -29,8 +39,38 @@ class Job:
     def sample_key(self, sample_id: str) -> str:
         return f"{self.key()}:{sample_id}"
 
+    def group(self) -> tuple[str, str, str]:
+        """What a worker keeps loaded: (model, method, params)."""
+        return (self.model, self.method, json.dumps(self.method_params, sort_keys=True, default=str))
+
     def describe(self) -> str:
-        return f"{self.model} | {self.method} | {self.benchmark}/{self.task} | {self.length}"
+        params = ",".join(f"{k}={v}" for k, v in sorted(self.method_params.items()))
+        method = f"{self.method}({params})" if params else self.method
+        return f"{self.model} | {method} | {self.benchmark}/{self.task} | {format_length(self.length)}"
+
+
+@dataclass(frozen=True)
+class WorkUnit:
+    """One job, or the samples ``index % shards == shard`` of it. ``done`` lists finished sample ids."""
+
+    job: Job
+    shard: int = 0
+    shards: int = 1
+    done: frozenset[str] = frozenset()
+
+    def describe(self) -> str:
+        suffix = f" [{self.shard + 1}/{self.shards}]" if self.shards > 1 else ""
+        return self.job.describe() + suffix
+
+    def takes(self, index: int) -> bool:
+        return index % self.shards == self.shard
+
+
+def resolve_params(
+    model: str, method: str, benchmark: str, length: int, overrides: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """method_configs/ values for the job, then the explicit overrides on top."""
+    return {**load_method_params(method, model, length, benchmark), **(overrides or {})}
 
 
 def expand_grid(
@@ -40,11 +80,44 @@ def expand_grid(
     lengths: list[int],
     limit: int | None = None,
     seed: int = 0,
+    *,
+    use_configs: bool = True,
 ) -> list[Job]:
-    """Cross product, ordered so that one (model, method) stays loaded for all its jobs."""
+    """Cross product, ordered so that one (model, method) stays loaded for all its jobs.
+
+    With ``use_configs`` each job's parameters include ``method_configs/<method>-<model>.yaml``
+    resolved for its length and benchmark (so a changed config is a new job, not a resumed one).
+    """
+    jobs: list[Job] = []
+    for model, (method, params), (bench, task), length in itertools.product(
+        models, methods, benchmark_tasks, lengths
+    ):
+        resolved = resolve_params(model, method, bench, length, params) if use_configs else dict(params)
+        jobs.append(Job(model, method, bench, task, length, resolved, limit, seed))
+    return dedupe(jobs)
+
+
+def dedupe(jobs: list[Job]) -> list[Job]:
+    """Drop repeated jobs (same key), keeping the first occurrence and the order."""
+    seen: set[str] = set()
+    out: list[Job] = []
+    for job in jobs:
+        if job.key() not in seen:
+            seen.add(job.key())
+            out.append(job)
+    return out
+
+
+def make_units(jobs: list[Job], workers: int = 1, done: dict[str, set[str]] | None = None) -> list[WorkUnit]:
+    """Work units for ``workers`` workers: whole jobs, or shards when jobs are fewer than workers.
+
+    ``done`` maps job key -> finished sample ids (from the store); they travel with the unit so a
+    worker never needs to read the store.
+    """
+    done = done or {}
+    shards = max(1, workers // max(1, len(jobs))) if len(jobs) < workers else 1
     return [
-        Job(model, method, bench, task, length, params, limit, seed)
-        for model, (method, params), (bench, task), length in itertools.product(
-            models, methods, benchmark_tasks, lengths
-        )
+        WorkUnit(job, shard, shards, frozenset(done.get(job.key(), ())))
+        for job in jobs
+        for shard in range(shards)
     ]

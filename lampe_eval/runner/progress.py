@@ -1,0 +1,103 @@
+"""Live progress for ``lampe-eval run`` (rich): one bar per running job, samples/s and ETA."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    SpinnerColumn,
+    Task,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.text import Text
+
+from .worker import Event
+
+
+class SpeedColumn(ProgressColumn):
+    def render(self, task: Task) -> Text:
+        speed = task.finished_speed or task.speed
+        if not speed:
+            return Text("-", style="progress.data.speed")
+        if speed >= 1:
+            return Text(f"{speed:.2f} samples/s", style="progress.data.speed")
+        return Text(f"{1 / speed:.1f} s/sample", style="progress.data.speed")
+
+
+class RunProgress:
+    """Feed it the runner's events; use as a context manager around the run."""
+
+    def __init__(self, console: Console, units: int, *, enabled: bool = True) -> None:
+        self.console = console
+        self.enabled = enabled
+        self.progress = Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}", markup=False),
+            BarColumn(bar_width=24),
+            MofNCompleteColumn(),
+            SpeedColumn(),
+            TimeElapsedColumn(),
+            TextColumn("eta"),
+            TimeRemainingColumn(),
+            console=console,
+            transient=False,
+            disable=not enabled,
+        )
+        self.overall = self.progress.add_task("all jobs", total=units)
+        self.tasks: dict[str, Any] = {}
+        self.describe: dict[str, str] = {}
+        self.samples = 0
+        self.skipped = 0
+        self.failed = 0
+
+    def __enter__(self) -> RunProgress:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()
+
+    def log(self, message: str) -> None:
+        if self.enabled:
+            self.progress.console.print(message, highlight=False, markup=False)
+
+    def __call__(self, event: Event) -> None:
+        kind = event["event"]
+        uid = event.get("unit")
+        if kind == "load":
+            self.log(f"{event['worker']}: loading {event['model']}")
+        elif kind == "start":
+            self.describe[uid] = event["describe"]
+            self.tasks[uid] = self.progress.add_task(event["describe"], total=event.get("total"))
+        elif kind == "sample":
+            self.samples += 1
+            if uid in self.tasks:
+                self.progress.advance(self.tasks[uid])
+        elif kind == "skip":
+            self.skipped += 1
+            task_id = self.tasks.get(uid)
+            if task_id is not None:
+                total = self.progress.tasks[task_id].total
+                if total:  # the bar counts new samples only
+                    self.progress.update(task_id, total=total - 1)
+        elif kind in ("finish", "fail"):
+            task_id = self.tasks.pop(uid, None)
+            if task_id is not None:
+                self.progress.remove_task(task_id)
+            self.progress.advance(self.overall)
+            describe = self.describe.get(uid, uid or "worker")
+            if kind == "fail":
+                self.failed += 1
+                self.log(f"FAILED {describe}: {event['error']}")
+        self.progress.update(
+            self.overall,
+            description=f"all jobs ({self.samples} new, {self.skipped} resumed"
+            + (f", {self.failed} failed)" if self.failed else ")"),
+        )

@@ -1,0 +1,206 @@
+"""One worker: keeps one model loaded, runs work units and yields events (records included).
+
+The same :class:`Worker` runs in the main process (one CPU worker), in a spawned process per GPU
+(:mod:`.pool`) and inside a Ray actor (:mod:`.ray_backend`). Events are plain dicts::
+
+    {"event": "load",   "worker": name, "model": model}
+    {"event": "start",  "unit": uid, "describe": text, "total": n or None, "worker": name}
+    {"event": "record", "unit": uid, "record": {...}}         # a finished sample, not yet stored
+    {"event": "skip",   "unit": uid}                           # a sample already in the store
+    {"event": "finish", "unit": uid}
+    {"event": "fail",   "unit": uid, "error": one line, "traceback": text}
+
+Whoever consumes ``record`` events appends them to the store and passes on a lighter ``sample``
+event (``{"event": "sample", "unit": uid, "key": ..., "scores": {...}, "seconds": s}``).
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import math
+import subprocess
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..models import LoadedModel
+from .jobs import WorkUnit
+
+Event = dict[str, Any]
+
+
+def git_revision() -> str:
+    """Short revision of this checkout, ``+dirty`` when tracked files differ; ``unknown`` outside git."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        rev = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout.strip()
+        if not rev:
+            return "unknown"
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+        return rev + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def library_versions() -> dict[str, str]:
+    import importlib.metadata
+
+    out: dict[str, str] = {}
+    for name in ("lampe-eval", "torch", "transformers", "datasets"):
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def unit_id(unit: WorkUnit) -> str:
+    return f"{unit.job.key()}/{unit.shard}"
+
+
+@dataclass
+class WorkerConfig:
+    """Everything a worker needs; picklable (``load`` must be a module-level function)."""
+
+    device: str | None = None
+    dtype: str | None = None
+    data_dir: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    load: Callable[[str], LoadedModel] | None = None
+    imports: tuple[str, ...] = ()  # modules to import first (they may register benchmarks/methods)
+    revision: str | None = None  # git revision to record (the driver's); computed when None
+
+
+def import_plugins(modules: tuple[str, ...] | list[str]) -> None:
+    for module in modules:
+        importlib.import_module(module)
+
+
+class Worker:
+    def __init__(self, config: WorkerConfig, name: str = "worker-0") -> None:
+        self.config = config
+        self.name = name
+        import_plugins(config.imports)
+        self.revision = config.revision or git_revision()
+        self.versions = library_versions()
+        self.lm: LoadedModel | None = None
+        self.model_name: str | None = None
+
+    def load(self, model: str) -> LoadedModel:
+        if self.model_name != model or self.lm is None:
+            self.unload()
+            if self.config.load is not None:
+                self.lm = self.config.load(model)
+            else:
+                from ..models import load_model
+
+                self.lm = load_model(model, device=self.config.device, dtype=self.config.dtype)
+            self.model_name = model
+        return self.lm
+
+    def unload(self) -> None:
+        if self.lm is None:
+            return
+        self.lm = None
+        self.model_name = None
+        gc.collect()
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+        except ImportError:  # pragma: no cover
+            pass
+
+    def run(self, unit: WorkUnit) -> Iterator[Event]:
+        """Events for one unit; a failure becomes a ``fail`` event (the worker stays usable)."""
+        uid = unit_id(unit)
+        try:
+            if self.model_name != unit.job.model:
+                yield {"event": "load", "worker": self.name, "model": unit.job.model}
+            yield from self._run(unit, uid)
+            yield {"event": "finish", "unit": uid}
+        except Exception as err:  # noqa: BLE001 - reported to the driver, which keeps going
+            message = f"{type(err).__name__}: {err}".splitlines()[0]
+            yield {"event": "fail", "unit": uid, "error": message, "traceback": traceback.format_exc()}
+
+    def _run(self, unit: WorkUnit, uid: str) -> Iterator[Event]:
+        from ..benchmarks import SampleContext, get_benchmark
+        from ..methods import apply_method, create_method
+
+        job = unit.job
+        lm = self.load(job.model)
+        bench = get_benchmark(job.benchmark)
+        bench.check_task(job.task)
+        method = create_method(job.method, lm.pretraining_window, job.length, **job.method_params)
+        params = method.params()
+        label = method.label()
+        ctx = SampleContext(
+            lm=lm,
+            length=job.length,
+            limit=job.limit,
+            seed=job.seed,
+            data_dir=self.config.data_dir,
+            options=dict(self.config.options),
+        )
+        total = math.ceil(job.limit / unit.shards) if job.limit else None
+        yield {
+            "event": "start",
+            "unit": uid,
+            "describe": unit.describe(),
+            "total": total,
+            "worker": self.name,
+        }
+        with apply_method(lm.model, method, window=lm.pretraining_window):
+            for index, sample in enumerate(bench.samples(job.task, ctx)):
+                if not unit.takes(index):
+                    continue
+                if str(sample.sample_id) in unit.done:
+                    yield {"event": "skip", "unit": uid}
+                    continue
+                start = time.perf_counter()
+                output = bench.evaluate(lm, sample, ctx)
+                scores = bench.score(sample, output)
+                seconds = time.perf_counter() - start
+                prompt_tokens = output.get("prompt_tokens", sample.meta.get("prompt_tokens"))
+                record = {
+                    "key": job.sample_key(sample.sample_id),
+                    "job_key": job.key(),
+                    "sample_id": sample.sample_id,
+                    "index": index,
+                    "model": job.model,
+                    "method": job.method,
+                    "method_params": params,
+                    "method_label": label,
+                    "benchmark": job.benchmark,
+                    "task": job.task,
+                    "length": job.length,
+                    "seed": job.seed,
+                    "limit": job.limit,
+                    "prompt_tokens": prompt_tokens,
+                    "references": sample.references,
+                    "output": output,
+                    "scores": scores,
+                    "seconds": seconds,
+                    "time": time.time(),
+                    "git": self.revision,
+                    "versions": self.versions,
+                    "worker": self.name,
+                    "device": str(lm.device),
+                    "meta": {k: v for k, v in sample.meta.items() if k != "stop"},
+                }
+                yield {"event": "record", "unit": uid, "record": record}

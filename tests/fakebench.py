@@ -1,0 +1,82 @@
+"""A tiny fake benchmark and model loader for runner tests (importable by spawned and Ray workers).
+
+Importing this module registers the benchmark ``fake`` (tasks ``alpha``, ``beta``). Options:
+``n`` samples per task (default 6), ``delay`` seconds of sleep per sample (the SIGKILL test).
+Each sample runs one forward pass of a tiny random Llama through the patched model.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from lampe_eval.benchmarks import BENCHMARKS, Benchmark, Sample, SampleContext
+from lampe_eval.models import LoadedModel, tiny_llama
+
+WINDOW = 64
+
+
+def load_tiny(name: str) -> LoadedModel:
+    """The ``load=`` hook: any model name gives a tiny random Llama with a 64-token window."""
+    return LoadedModel(
+        name=name,
+        model=tiny_llama(window=WINDOW, seed=len(name)),
+        tokenizer=None,
+        pretraining_window=WINDOW,
+        chat_template=False,
+        extra={"pid": os.getpid()},
+    )
+
+
+def load_stub(name: str) -> LoadedModel:
+    """A cheaper ``load=`` hook for ``rope`` only jobs: no transformers model (fast process start)."""
+    return LoadedModel(
+        name=name,
+        model=torch.nn.Linear(1, 1),
+        tokenizer=None,
+        pretraining_window=WINDOW,
+        chat_template=False,
+    )
+
+
+def expected_score(task: str, index: int, length: int) -> float:
+    return float((index * 37 + length + len(task)) % 101)
+
+
+@BENCHMARKS.register("fake")
+class FakeBenchmark(Benchmark):
+    summary = "runner test benchmark (not real data)"
+
+    def tasks(self) -> list[str]:
+        return ["alpha", "beta"]
+
+    def samples(self, task: str, ctx: SampleContext) -> Iterator[Sample]:
+        n = int(ctx.options.get("n", 6))
+        if ctx.limit is not None:
+            n = min(n, ctx.limit)
+        for i in range(n):
+            yield Sample(f"{task}-{i}", task, prompt=str(i), references=[str(i)], meta={"i": i})
+
+    def evaluate(self, lm: LoadedModel, sample: Sample, ctx: SampleContext) -> dict[str, Any]:
+        delay = float(ctx.options.get("delay", 0))
+        if delay:
+            time.sleep(delay)
+        tokens = min(ctx.length, 2 * WINDOW)
+        logit_mean = 0.0
+        if hasattr(lm.model, "config"):  # a real (tiny) transformers model: run the patched forward
+            ids = (torch.arange(tokens) % 100).unsqueeze(0)
+            with torch.inference_mode():
+                logit_mean = float(lm.model(ids).logits.float().mean())
+        return {
+            "prediction": sample.prompt,
+            "prompt_tokens": tokens,
+            "logit_mean": logit_mean,
+            "pid": os.getpid(),
+        }
+
+    def score(self, sample: Sample, output: dict[str, Any]) -> dict[str, float]:
+        return {"acc": expected_score(sample.task, sample.meta["i"], output["prompt_tokens"]), "other": 1.0}

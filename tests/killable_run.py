@@ -1,0 +1,43 @@
+"""A slow run of the fake benchmark, for the kill/resume tests: ``python -m tests.killable_run OUT WORKERS``.
+
+Prints ``DONE computed skipped`` when it finishes; exits 130 on Ctrl-C (like the CLI).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from lampe_eval.runner.jobs import expand_grid
+from lampe_eval.runner.local import execute
+from lampe_eval.runner.store import ResultStore
+from tests.fakebench import load_stub
+
+SAMPLES = 5  # per job
+DELAY = 0.15  # seconds per sample
+
+
+def jobs():
+    return expand_grid(
+        ["m1"],
+        [("rope", {})],
+        [("fake", "alpha"), ("fake", "beta")],
+        [96, 128],
+        use_configs=False,
+    )
+
+
+def main() -> int:
+    out, workers = sys.argv[1], int(sys.argv[2])
+    try:
+        result = execute(
+            jobs(), ResultStore(out), load=load_stub, options={"n": SAMPLES, "delay": DELAY}, workers=workers
+        )
+    except KeyboardInterrupt:
+        print("INTERRUPTED", flush=True)
+        return 130
+    print(f"DONE {result.computed} {result.skipped} {len(result.failures)}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
