@@ -1,0 +1,311 @@
+"""The ``ruler`` benchmark: 13 synthetic tasks generated for any length with the model's tokenizer.
+
+Samples are cached as JSON Lines under ``$LAMPE_EVAL_CACHE/ruler/samples/<task>/`` keyed by length,
+tokenizer (name + content hash), seed and a hash of everything else that shapes the text (task
+arguments, templates, chat template use, haystack text, QA data). Sample ``i`` depends only on those
+inputs and on sample 0's fitted haystack size (the search's starting point), so a cache can be
+extended from ``--limit 5`` to 500 and stays byte-identical to a fresh run.
+
+Options (``--opt key=value``): ``chat_template=false`` (RULER's ``base`` template: no chat wrapper),
+``num_samples=N`` (default 500), ``essay=auto|offline|paul_graham``, ``essay_file=PATH``,
+``essay_dataset=ID``, ``cache=false`` (generate in memory only).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import importlib.metadata
+import json
+import logging
+import re
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from ...errors import LampeEvalError, MissingDataError
+from ...models import LoadedModel, cache_dir
+from ..base import BENCHMARKS, Benchmark, Sample, SampleContext
+from .config import TaskConfig, load_config
+from .fitting import TooShortError, fit_to_budget
+from .generators import GENERATOR_CLASSES, GenEnv, Generator
+from .haystack import load_essay_haystack, sentence_splitter
+from .qa_data import load_qa
+from .scoring import METRIC_FNS, postprocess
+
+log = logging.getLogger(__name__)
+
+GENERATOR_VERSION = 1  # bump when a change alters generated text
+_FINGERPRINTS: dict[int, tuple[Any, str]] = {}
+
+
+def tokenizer_fingerprint(tokenizer: Any) -> str:
+    """A short content hash of a tokenizer (vocabulary, merges, normaliser, chat template)."""
+    cached = _FINGERPRINTS.get(id(tokenizer))
+    if cached is not None and cached[0] is tokenizer:
+        return cached[1]
+    h = hashlib.sha256()
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        h.update(backend.to_str().encode("utf-8"))
+    else:
+        h.update(json.dumps(sorted(tokenizer.get_vocab().items())).encode("utf-8"))
+    h.update(str(getattr(tokenizer, "chat_template", "") or "").encode("utf-8"))
+    h.update(str(getattr(tokenizer, "bos_token", "")).encode("utf-8"))
+    digest = h.hexdigest()[:10]
+    _FINGERPRINTS[id(tokenizer)] = (tokenizer, digest)
+    return digest
+
+
+def token_counters(tokenizer: Any) -> tuple[Callable[[str], int], Callable[[str], int]]:
+    """(count as the model sees the prompt, count without special tokens).
+
+    The first follows :func:`lampe_eval.generation.greedy_generate`: special tokens are added unless the
+    prompt already starts with the BOS token (a chat template put it there)."""
+    bos = tokenizer.bos_token
+
+    def count(prompt: str) -> int:
+        add = not (bos and prompt.startswith(bos))
+        return len(tokenizer(prompt, add_special_tokens=add, verbose=False)["input_ids"])
+
+    def count_plain(text: str) -> int:
+        return len(tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
+
+    return count, count_plain
+
+
+def _wonderwords_version() -> str:
+    try:
+        return "wonderwords=" + importlib.metadata.version("wonderwords")
+    except importlib.metadata.PackageNotFoundError:
+        return "wonderwords=?"
+
+
+def _flag(options: dict[str, Any], key: str, default: bool) -> bool:
+    value = options.get(key, default)
+    if isinstance(value, str):
+        return value.strip().lower() not in {"0", "false", "no", "off"}
+    return bool(value)
+
+
+class TaskData:
+    """The generator for one (task, length, tokenizer, seed, options) and the cache file it fills."""
+
+    def __init__(self, task: TaskConfig, ctx: SampleContext) -> None:
+        lm = ctx.lm
+        self.task = task
+        self.length = ctx.length
+        options = ctx.options or {}
+        use_chat = _flag(options, "chat_template", True)
+        count, count_plain = token_counters(lm.tokenizer)
+        essay = qa = None
+        parts: list[str] = [
+            str(GENERATOR_VERSION),
+            task.fingerprint(),
+            f"chat={use_chat}",
+            _wonderwords_version(),
+        ]
+        if task.generator == "niah" and task.args.get("type_haystack") == "essay":
+            essay = load_essay_haystack(ctx.data_dir, options)
+            parts += [essay.fingerprint, sentence_splitter()[1]]
+        if task.generator == "qa":
+            qa = load_qa(str(task.args.get("dataset", "squad")), ctx.data_dir)
+            parts.append(qa.fingerprint)
+        env = GenEnv(
+            wrap=lambda text: lm.format_prompt(text, use_chat_template=use_chat),
+            count=count,
+            count_plain=count_plain,
+            length=ctx.length,
+            seed=ctx.seed,
+            essay=essay,
+            qa=qa,
+        )
+        self.generator: Generator = GENERATOR_CLASSES[task.generator](task, env)
+        self.budget = self.generator.sample_budget()
+        if self.budget <= 0:
+            raise LampeEvalError(f"ruler/{task.name}: length {ctx.length} leaves no room for the prompt")
+        safe_model = re.sub(r"[^A-Za-z0-9._-]+", "_", lm.name)[-60:]
+        options_hash = hashlib.sha256("|".join(parts).encode()).hexdigest()[:10]
+        name = (
+            f"{ctx.length}-{safe_model}-{tokenizer_fingerprint(lm.tokenizer)}-seed{ctx.seed}-{options_hash}"
+        )
+        self.cache_path = cache_dir() / "ruler" / "samples" / task.name / f"{name}.jsonl"
+        self.use_cache = _flag(options, "cache", True)
+        self.available = len(qa.qas) if qa is not None else None
+
+    def generate(self, index: int, first: dict[str, Any] | None) -> dict[str, Any]:
+        """Sample ``index`` as a cache line; ``first`` is sample 0's line (its fit seeds the search)."""
+        gen = self.generator
+        state = gen.prepare(index)
+        hint = first["fit"] if first is not None else None
+        try:
+            fit = fit_to_budget(
+                lambda size: gen.build(state, size),
+                lambda built: gen.env.count(built.prompt),
+                self.budget,
+                min_size=gen.min_size(state),
+                probe_size=gen.probe_size(),
+                tolerance=gen.tolerance(),
+                hint=hint["size"] if hint else None,
+                tokens_per_unit=hint["rate"] if hint else None,
+                max_size=gen.max_size(state),
+            )
+        except TooShortError as err:
+            raise LampeEvalError(
+                f"ruler/{self.task.name} at length {self.length}, sample {index}: {err}"
+            ) from err
+        built = fit.built
+        meta = {
+            **built.meta,
+            "haystack": gen.haystack(),
+            "haystack_size": fit.size,
+            "haystack_unit": gen.unit,
+            "prompt_tokens": fit.tokens,
+            "token_budget": self.budget,
+            "metric": self.task.metric,
+        }
+        return {
+            "index": index,
+            "prompt": built.prompt,
+            "references": built.references,
+            "max_new_tokens": self.task.tokens_to_generate,
+            "meta": meta,
+            "fit": {
+                "size": fit.size,
+                "rate": round(fit.tokens_per_unit, 6),
+                "slack": fit.slack,
+                "tolerance": fit.tolerance,
+                "exact": fit.exact,
+                "evaluations": fit.evaluations,
+            },
+        }
+
+    def lines(self, count: int) -> list[dict[str, Any]]:
+        """The first ``count`` samples, read from the cache and generated (and appended) as needed."""
+        if self.available is not None:
+            count = min(count, self.available)
+        if not self.use_cache:
+            out: list[dict[str, Any]] = []
+            for i in range(count):
+                out.append(self.generate(i, out[0] if out else None))
+            return out
+        path = self.cache_path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with _locked(path.with_name(path.name + ".lock")):
+            lines = _read_lines(path)
+            if len(lines) < count:
+                with path.open("a", encoding="utf-8") as handle:
+                    for i in range(len(lines), count):
+                        line = self.generate(i, lines[0] if lines else None)
+                        handle.write(_dump(line) + "\n")
+                        handle.flush()
+                        lines.append(line)
+        return lines[:count]
+
+
+def _dump(line: dict[str, Any]) -> str:
+    return json.dumps(line, ensure_ascii=False, sort_keys=True)
+
+
+@contextlib.contextmanager
+def _locked(lock_path: Path) -> Iterator[None]:
+    """An exclusive lock between processes (parallel workers share the cache)."""
+    with lock_path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _read_lines(path: Path) -> list[dict[str, Any]]:
+    """Valid leading lines of a cache file, in index order; a torn or stray tail is cut off."""
+    if not path.exists():
+        return []
+    lines: list[dict[str, Any]] = []
+    raw = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    good = 0
+    for text in raw:
+        try:
+            line = json.loads(text)
+        except json.JSONDecodeError:
+            break
+        if not text.endswith("\n") or line.get("index") != len(lines):
+            break
+        lines.append(line)
+        good += len(text.encode("utf-8"))
+    if len(lines) < len(raw):
+        with path.open("r+b") as handle:
+            handle.truncate(good)
+    return lines
+
+
+def _sample(task: str, line: dict[str, Any]) -> Sample:
+    return Sample(
+        sample_id=str(line["index"]),
+        task=task,
+        prompt=line["prompt"],
+        references=list(line["references"]),
+        max_new_tokens=int(line["max_new_tokens"]),
+        meta=dict(line["meta"]),
+    )
+
+
+def generate_samples(
+    lm: LoadedModel,
+    task: str,
+    length: int,
+    count: int,
+    *,
+    seed: int = 0,
+    data_dir: str | None = None,
+    options: dict[str, Any] | None = None,
+) -> list[Sample]:
+    """Generate (or read from the cache) the first ``count`` samples of a task at a length."""
+    ctx = SampleContext(
+        lm=lm, length=length, limit=count, seed=seed, data_dir=data_dir, options=options or {}
+    )
+    return list(RulerBenchmark().samples(task, ctx))
+
+
+@BENCHMARKS.register("ruler")
+class RulerBenchmark(Benchmark):
+    summary = (
+        "RULER: 13 synthetic long-context tasks (NIAH x8, variable tracking, common/frequent words, QA x2) "
+        "generated at any length with the model's tokenizer; string-match scores 0-100"
+    )
+
+    def tasks(self) -> list[str]:
+        return list(load_config().tasks)
+
+    def task_config(self, task: str) -> TaskConfig:
+        return load_config().tasks[self.check_task(task)]
+
+    def samples(self, task: str, ctx: SampleContext) -> Iterator[Sample]:
+        cfg = self.task_config(task)
+        count = (
+            ctx.limit
+            if ctx.limit is not None
+            else int(ctx.options.get("num_samples", load_config().num_samples))
+        )
+        try:
+            data = TaskData(cfg, ctx)
+        except MissingDataError as err:
+            if cfg.generator != "qa":
+                raise
+            log.warning("ruler/%s skipped: %s", task, err)
+            return
+        for line in data.lines(count):
+            yield _sample(task, line)
+
+    def score(self, sample: Sample, output: dict[str, Any]) -> dict[str, float]:
+        metric = sample.meta.get("metric") or self.task_config(sample.task).metric
+        prediction = postprocess(str(output.get("prediction", "")))
+        return {metric: 100.0 * METRIC_FNS[metric](prediction, sample.references)}
+
+    def aggregate(self, task: str, scores: Sequence[dict[str, float]]) -> dict[str, float]:
+        """RULER's task score: ``round(mean, 2)`` of the per-sample 0-100 scores."""
+        if not scores:
+            return {}
+        return {k: round(sum(s[k] for s in scores) / len(scores), 2) for k in scores[0]}
