@@ -182,3 +182,101 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+@app.command("fit")
+def fit_command(
+    model: str = typer.Option("smollm2-135m", "--model", "-m", help="Preset, HF id, local dir or .gguf."),
+    length: list[str] = typer.Option(
+        None, "--len", "-l", help="Input lengths l (default: 1, 1.5, 2 and 3 x the pretraining window)."
+    ),
+    points: int = typer.Option(
+        6, "--points", help="Mapping lengths per l, evenly from window/8 to 3/4 window."
+    ),
+    grid: str | None = typer.Option(
+        None, "--grid", help="Explicit mapping lengths, e.g. 1k,2k,4k (overrides --points)."
+    ),
+    passages: int = typer.Option(1, "--passages", "-n", min=1, help="PG-19 passages per (l, m)."),
+    param: list[str] = typer.Option(
+        None, "--param", "-p", help="Other LaMPE parameters, e.g. s1=512, mscale=1."
+    ),
+    opt: list[str] = typer.Option(
+        None, "--opt", help="PG-19 option key=value (pg19_dataset=..., pg19_dir=...)."
+    ),
+    fixed_L: float | None = typer.Option(
+        None, "--L", help="Keep the sigmoid maximum L fixed (tokens); fit a, b."
+    ),
+    out: Path = typer.Option(Path("results/fit"), "--out", "-o", help="Sweep data (resumable) and the plot."),
+    config: Path | None = typer.Option(
+        None, help="Config to write (default method_configs/lampe-MODEL.yaml)."
+    ),
+    write: bool = typer.Option(True, "--write/--no-write", help="Write the fitted config."),
+    device: str | None = typer.Option(None, help="cpu, cuda, cuda:1 (default: cuda if available)."),
+    dtype: str | None = typer.Option(None, help="auto (bf16 on CUDA, fp32 on CPU), fp32, bf16, fp16."),
+) -> None:
+    """LaMPE's mapping-length sweep (PPL vs m per input length l) and the sigmoid fit m(l) (paper Sec. 3.1).
+
+    Example: lampe-eval fit --model smollm2-135m --len 4k,8k,12k,16k --points 6 --passages 1
+    """
+    import hashlib
+    import json
+
+    from .fit import analyse, plot, run_sweep, summary_lines, write_config
+    from .method_configs import config_path
+    from .methods import create_method
+    from .models import load_model
+
+    try:
+        overrides = parse_key_values(param, "--param")
+        options = parse_key_values(opt, "--opt")
+        grid_values = parse_lengths(grid) if grid else None
+        lm = load_model(model, device=device, dtype=dtype)
+        window = lm.pretraining_window
+        lengths = parse_lengths(length) if length else [window, window * 3 // 2, 2 * window, 3 * window]
+        lampe_params = create_method("lampe", window, max(lengths), **overrides).params()
+        tag = json.dumps([lampe_params, passages, options], sort_keys=True, default=str)
+        sweep_file = out / f"sweep-{Path(model).name}-{hashlib.sha256(tag.encode()).hexdigest()[:8]}.jsonl"
+        console.print(
+            f"sweep -> {sweep_file} (window {window}, lengths {', '.join(map(format_length, lengths))})"
+        )
+
+        def show(point) -> None:
+            console.print(
+                f"  l={format_length(point.length)} m={point.m}: ppl={point.ppl:.3f} "
+                f"(last quarter {point.ppl_last_quarter:.3f}) {point.seconds:.0f}s",
+                highlight=False,
+            )
+
+        sweep = run_sweep(
+            lm,
+            lengths,
+            grid_points=points,
+            grid=grid_values,
+            passages=passages,
+            method_params=overrides,
+            options=options,
+            sweep_file=sweep_file,
+            on_point=show,
+        )
+        report = analyse(model, window, int(lampe_params["s1"]), int(lampe_params["s2"]), sweep, L=fixed_L)
+        for line in summary_lines(report):
+            console.print(line, highlight=False)
+        extra = {
+            "command": " ".join(
+                ["lampe-eval fit --model", model, "--len", ",".join(map(format_length, lengths))]
+                + (["--grid", grid] if grid else ["--points", str(points)])
+                + ["--passages", str(passages)]
+                + [f"--param {p}" for p in param or []]
+                + [f"--opt {o}" for o in opt or []]
+                + ([f"--L {fixed_L}"] if fixed_L is not None else [])
+            ),
+            "passages": passages,
+            "mscale": lampe_params.get("mscale"),
+            "pg19_options": options,
+        }
+        console.print(f"plot -> {plot(report, out / f'lampe-{Path(model).name}.png')}")
+        if write:
+            target = config or config_path("lampe", model)
+            console.print(f"config -> {write_config(target, report, extra)}")
+    except LampeEvalError as err:
+        fail(str(err))
