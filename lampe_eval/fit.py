@@ -203,7 +203,11 @@ def run_sweep(
     sweep_file: Path | None = None,
     on_point: Callable[[SweepPoint], None] | None = None,
 ) -> list[SweepPoint]:
-    """Measure PPL for every (l, m); points already in ``sweep_file`` are reused, new ones appended."""
+    """Measure PPL for every (l, m) of the grid; new points are appended to ``sweep_file``.
+
+    Every point already in ``sweep_file`` for a requested length is reused and returned, also when its m
+    is not on this grid (so sweeps run in stages with different grids add up).
+    """
     from .benchmarks import SampleContext
     from .benchmarks.pg19 import PG19
     from .methods import apply_method, create_method
@@ -222,7 +226,8 @@ def run_sweep(
         if todo:
             ctx = SampleContext(lm=lm, length=length, limit=passages, options=dict(options or {}))
             samples = list(bench.samples("pg19", ctx))
-        for m in ms:
+        cached = sorted({p.m for p in done.values() if p.length == length} | set(ms))
+        for m in cached:
             key = _point_key(length, m)
             if key in done:
                 out.append(done[key])
