@@ -1,0 +1,174 @@
+"""InfiniteBench records: the official JSONL format, from the Hub, a local directory or the shipped fixture.
+
+A record has the official fields ``id``, ``context``, ``input``, ``answer`` and ``options``. The raw
+files give ``answer`` as a string, an integer, a list of strings or a list of integers depending on the
+task; the Hub loader casts every split to one schema (the maintainers' advice, InfiniteBench issue #19),
+after which answers are lists of strings. :func:`normalize_record` brings both forms to that shape.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ...errors import LampeEvalError, MissingDataError
+
+OPTION_LETTERS = "ABCD"
+
+
+@dataclass(frozen=True)
+class Record:
+    id: str
+    context: str
+    input: str
+    answer: list[str]
+    options: list[str] = field(default_factory=list)
+
+
+def _as_strings(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple)):
+        out: list[str] = []
+        for item in value:  # math_calc's gold is a list of ints; some files nest it once more
+            out.extend(_as_strings(item) if isinstance(item, (list, tuple)) else [str(item)])
+        return out
+    return [str(value)]
+
+
+def normalize_record(row: dict[str, Any], index: int) -> Record:
+    """One row of a JSONL file or of the Hub dataset as a :class:`Record` (``id`` defaults to the index)."""
+    raw_id = row.get("id")
+    context = row.get("context")
+    if context is None and "content" in row:  # some early files call the field "content"
+        context = row["content"]
+    return Record(
+        id=str(index if raw_id is None else raw_id),
+        context=str(context or ""),
+        input=str(row.get("input") or ""),
+        answer=_as_strings(row.get("answer")),
+        options=_as_strings(row.get("options")),
+    )
+
+
+def read_jsonl(path: Path) -> list[Record]:
+    records: list[Record] = []
+    with path.open(encoding="utf-8") as handle:
+        for line_no, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise LampeEvalError(f"{path}:{line_no}: not valid JSON ({err})") from err
+            records.append(normalize_record(row, len(records)))
+    return records
+
+
+def find_task_file(directory: str | Path, task: str) -> Path | None:
+    """``DIR/<task>.jsonl`` or ``DIR/infinitebench/<task>.jsonl`` (the official file names)."""
+    root = Path(directory)
+    for candidate in (root / f"{task}.jsonl", root / "infinitebench" / f"{task}.jsonl"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def fixture_dir() -> Path:
+    """The tiny hand-written fixture shipped with the tests (same format, a few records per task)."""
+    return Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "infinitebench"
+
+
+def hub_features() -> Any:
+    import datasets
+
+    return datasets.Features(
+        {
+            "id": datasets.Value("int64"),
+            "context": datasets.Value("string"),
+            "input": datasets.Value("string"),
+            "answer": datasets.Sequence(datasets.Value("string")),
+            "options": datasets.Sequence(datasets.Value("string")),
+        }
+    )
+
+
+def hub_records(dataset: str, task: str) -> list[Record]:
+    """One task (a split of the Hub dataset) through ``datasets``; needs hub access."""
+    from ..ruler.haystack import hub_reachable
+
+    offline_hint = (
+        f"offline, pass --data-dir DIR holding the official {task}.jsonl, "
+        "or --opt fixture=true (tiny test fixture)"
+    )
+    if not hub_reachable():  # fail at once instead of datasets' retries
+        raise MissingDataError(
+            f"infinitebench/{task}: the Hugging Face hub is unreachable ({dataset!r}); {offline_hint}"
+        )
+    try:
+        import datasets
+
+        data = datasets.load_dataset(dataset, split=task, features=hub_features())
+    except Exception as err:  # noqa: BLE001 - no network, unknown id/split: one clear message
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise MissingDataError(
+            f"infinitebench/{task}: cannot load {dataset!r} split {task!r} ({first}); {offline_hint}"
+        ) from err
+    return [normalize_record(dict(row), i) for i, row in enumerate(data)]
+
+
+# ----------------------------------------------------------------------------- gold and prompt fields
+def gold(task: str, record: Record) -> list[str]:
+    """The references the scorer compares with (the official ``get_answer``).
+
+    En.MC and Code.Debug: ``[option text, letter]`` where the letter is the answer's position in ``options``
+    (a stored ``[text, letter]`` pair is kept as it is); every other task: the answers as stored.
+    """
+    if task not in ("longbook_choice_eng", "code_debug"):
+        return list(record.answer)
+    answer = record.answer
+    if len(answer) == 2 and answer[1] in OPTION_LETTERS:
+        return list(answer)
+    if len(answer) != 1:
+        raise LampeEvalError(f"infinitebench/{task} record {record.id}: expected one answer, got {answer!r}")
+    if answer[0] not in record.options[:4]:
+        raise LampeEvalError(
+            f"infinitebench/{task} record {record.id}: answer {answer[0]!r} is not one of the options"
+        )
+    return [answer[0], OPTION_LETTERS[record.options.index(answer[0])]]
+
+
+_FUNC_CALL = re.compile(r"func_[0-9]+\(\-?[0-9]+\)")
+_MATH_TARGET = re.compile(r"The .+ of")
+
+
+def template_fields(task: str, record: Record) -> dict[str, str]:
+    """The values the task's template is formatted with (the official ``create_prompt``)."""
+    fields: dict[str, str] = {"context": record.context, "input": record.input}
+    if task in ("longbook_choice_eng", "code_debug"):
+        if len(record.options) < 4:
+            raise LampeEvalError(f"infinitebench/{task} record {record.id}: needs 4 options")
+        for letter, option in zip(OPTION_LETTERS, record.options[:4], strict=True):
+            fields[f"OPTION_{letter}"] = option
+    if task.startswith("longbook_"):
+        fields["question"] = record.input
+    if task == "code_run":
+        found = _FUNC_CALL.search(record.input)
+        if found is None:
+            raise LampeEvalError(f"infinitebench/code_run record {record.id}: no func_N(x) call in the input")
+        fields["func_call"] = found.group(0)
+        fields["func"] = found.group(0).split("(")[0]
+    if task == "math_find":
+        found = _MATH_TARGET.search(record.input)
+        if found is None:
+            raise LampeEvalError(f"infinitebench/math_find record {record.id}: no 'The ... of' in the input")
+        # e.g. "The largest number of the list is:" -> "the largest number"
+        fields["prefix"] = f"What is {found.group(0).lower()[:-3]} in the following list?"
+    return fields
+
+
+def fill_template(template: str, task: str, record: Record) -> str:
+    return template.format(**template_fields(task, record))
