@@ -1,0 +1,375 @@
+"""The ``infinitebench`` benchmark (OpenBMB/InfiniteBench): 12 tasks; by default the LaMPE paper's Table 2
+set (En.MC, En.QA, En.Sum, Code.Debug, Retrieve.KV, Retrieve.Number, Retrieve.PassKey).
+
+Prompt: the task's official template (``tasks/infinitebench/infinitebench.yaml``; the ``yarn_mistral``
+family, the one the official scripts use for open models, or ``--opt template=gpt4``) filled with the record,
+then the model's chat template (the LaMPE paper evaluates Llama-3 / Llama-3.1 instruct models with their chat
+templates; ``--opt chat_template=false`` feeds the raw template as the official open-model scripts do).
+
+Truncation: when the prompt as fed to the model is longer than the job's length L (``--len``), the filled
+template is cut in the middle -- the first and the last half of its token budget are kept, decoded and
+re-tokenised, as the official ``truncate_by_tokens`` does -- so that the prompt *as fed* (chat template and
+special tokens included) has at most L tokens. (The official scripts cut the raw template to L tokens
+including BOS and add no chat template; with ``chat_template=false`` this is the same budget.) No room is
+reserved for the answer, as in the official scripts. Generation: greedy, the official ``max_new_tokens``.
+
+Data, first that applies (recorded in ``sample.meta["data_source"]``, the key LongBench uses):
+
+* ``--opt fixture=true`` (or ``source=fixture``): the tiny hand-written fixture in
+  ``tests/fixtures/infinitebench`` (a few records per task in the official format; smoke tests, not numbers);
+* ``--data-dir DIR`` holding the official ``<task>.jsonl`` (in ``DIR`` or ``DIR/infinitebench``)
+  (``source=dir``);
+* passkey, number_string, kv_retrieval: generated locally with the official recipe, sized to L with the
+  model's tokenizer, seeded (``--seed``) and cached under ``$LAMPE_EVAL_CACHE/infinitebench/synthetic``
+  (``source=generate``);
+* otherwise the Hub dataset ``xinrongzhang2022/InfiniteBench`` through ``datasets`` (``source=hub``,
+  ``--opt dataset=ID`` for a copy); offline this fails with one line that says what to pass instead.
+
+Scores: the official scorers (``scoring.py``) x 100, mean over samples.
+
+Options (``--opt key=value``): ``template``, ``chat_template``, ``fixture``, ``source`` (auto, fixture, dir,
+generate, hub), ``dataset``, ``num_samples`` (generated tasks; default the official counts 590/590/500),
+``max_new_tokens``, ``cache`` (false: generate in memory only).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ...errors import LampeEvalError, MissingDataError
+from ...models import LoadedModel, cache_dir
+from ..base import BENCHMARKS, Benchmark, Sample, SampleContext
+from .config import InfiniteBenchConfig, TaskSpec, load_config
+from .data import Record, fill_template, find_task_file, fixture_dir, gold, hub_records, read_jsonl
+from .scoring import score_one
+from .synthetic import GENERATOR_VERSION, SyntheticTask, TooShortError, fit_size
+
+log = logging.getLogger(__name__)
+
+SOURCES = ("auto", "fixture", "dir", "generate", "hub")
+_FINGERPRINTS: dict[int, tuple[Any, str]] = {}
+
+
+def _flag(options: dict[str, Any], key: str, default: bool) -> bool:
+    value = options.get(key, default)
+    if isinstance(value, str):
+        return value.strip().lower() not in {"0", "false", "no", "off", ""}
+    return bool(value)
+
+
+def tokenizer_fingerprint(tokenizer: Any) -> str:
+    """A short content hash of a tokenizer (vocabulary, merges, normaliser, chat template, BOS)."""
+    cached = _FINGERPRINTS.get(id(tokenizer))
+    if cached is not None and cached[0] is tokenizer:
+        return cached[1]
+    h = hashlib.sha256()
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        h.update(backend.to_str().encode("utf-8"))
+    else:
+        h.update(json.dumps(sorted(tokenizer.get_vocab().items())).encode("utf-8"))
+    h.update(str(getattr(tokenizer, "chat_template", "") or "").encode("utf-8"))
+    h.update(str(getattr(tokenizer, "bos_token", "")).encode("utf-8"))
+    digest = h.hexdigest()[:10]
+    _FINGERPRINTS[id(tokenizer)] = (tokenizer, digest)
+    return digest
+
+
+class PromptBuilder:
+    """Wraps a filled template in the chat template, counts tokens like generation, cuts in the middle."""
+
+    def __init__(self, lm: LoadedModel, length: int, chat_template: bool) -> None:
+        self.lm = lm
+        self.tokenizer = lm.tokenizer
+        self.length = length
+        self.chat_template = chat_template
+
+    def wrap(self, text: str) -> str:
+        return self.lm.format_prompt(text, use_chat_template=self.chat_template)
+
+    def count(self, prompt: str) -> int:
+        """Tokens of the prompt as :func:`lampe_eval.generation.greedy_generate` feeds it (special tokens are
+        added unless the prompt already starts with the BOS token, as a chat template's does)."""
+        bos = self.tokenizer.bos_token
+        add = not (bos and prompt.startswith(bos))
+        return len(self.tokenizer(prompt, add_special_tokens=add, verbose=False)["input_ids"])
+
+    def build(self, text: str) -> tuple[str, dict[str, Any]]:
+        """(prompt as fed, meta): the wrapped text, middle-truncated to at most ``length`` tokens."""
+        prompt = self.wrap(text)
+        total = self.count(prompt)
+        meta: dict[str, Any] = {"original_tokens": total, "truncated": False}
+        if total <= self.length:
+            return prompt, {**meta, "prompt_tokens": total}
+        ids = self.tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]
+        keep = self.length - (total - len(ids))  # the wrapper's tokens stay whole
+        for _ in range(8):  # decode + re-tokenise can shift the count by a few tokens: shrink and retry
+            if keep <= 0:
+                raise LampeEvalError(f"length {self.length} leaves no room for the prompt's text")
+            head = keep // 2
+            tail = keep - head
+            cut = self.tokenizer.decode(ids[:head] + ids[len(ids) - tail :], skip_special_tokens=True)
+            prompt = self.wrap(cut)
+            tokens = self.count(prompt)
+            if tokens <= self.length:
+                return prompt, {**meta, "truncated": True, "prompt_tokens": tokens, "kept_text_tokens": keep}
+            keep -= tokens - self.length
+        raise LampeEvalError(f"could not truncate the prompt to {self.length} tokens")
+
+
+@contextlib.contextmanager
+def _locked(lock_path: Path) -> Iterator[None]:
+    """An exclusive lock between processes (parallel workers share the generation cache)."""
+    with lock_path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _read_lines(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    out: list[dict[str, Any]] = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:  # a line cut by a kill: regenerate from here
+            break
+    return out
+
+
+class SyntheticSet:
+    """The generated samples of one (task, length, tokenizer, template, seed): fitted sizes, cached."""
+
+    def __init__(
+        self,
+        config: InfiniteBenchConfig,
+        task: str,
+        template: str,
+        family: str,
+        builder: PromptBuilder,
+        seed: int,
+    ) -> None:
+        self.task = task
+        self.template = template
+        self.builder = builder
+        self.recipe = SyntheticTask(
+            task=task,
+            recipe=dict(config.synthetic.get(task) or {}),
+            noise=str(config.synthetic.get("noise", "")),
+            seed=seed,
+        )
+        lm = builder.lm
+        parts = [
+            str(GENERATOR_VERSION),
+            config.synthetic_fingerprint(task),
+            hashlib.sha256(template.encode()).hexdigest()[:10],
+            f"chat={builder.chat_template}",
+        ]
+        digest = hashlib.sha256("|".join(parts).encode()).hexdigest()[:10]
+        safe_model = re.sub(r"[^A-Za-z0-9._-]+", "_", lm.name)[-60:]
+        fingerprint = tokenizer_fingerprint(lm.tokenizer)
+        name = f"{builder.length}-{safe_model}-{fingerprint}-seed{seed}-{family}-{digest}"
+        self.cache_path = cache_dir() / "infinitebench" / "synthetic" / task / f"{name}.jsonl"
+
+    def prompt_for(self, index: int, n: int) -> tuple[str, Record, dict[str, Any]]:
+        record, meta = self.recipe.build(index, n)
+        return self.builder.wrap(fill_template(self.template, self.task, record)), record, meta
+
+    def fit(self, index: int, hint: dict[str, Any] | None) -> dict[str, Any]:
+        """Sample ``index``'s cache line: the largest filler size whose prompt fits the length."""
+
+        def tokens_at(n: int) -> int:
+            return self.builder.count(self.prompt_for(index, n)[0])
+
+        start = rate = None
+        if hint is not None and hint.get("n", 0) > 0:
+            start, rate = int(hint["n"]), float(hint["rate"])
+        try:
+            fit = fit_size(tokens_at, self.builder.length, start=start, rate=rate)
+        except TooShortError as err:
+            raise LampeEvalError(f"infinitebench/{self.task} at length {self.builder.length}: {err}") from err
+        base = tokens_at(0)
+        rate_seen = (fit.tokens - base) / fit.size if fit.size else 1.0
+        return {
+            "index": index,
+            "n": fit.size,
+            "tokens": fit.tokens,
+            "rate": round(rate_seen, 6),
+            "evaluations": fit.evaluations,
+        }
+
+    def lines(self, count: int, use_cache: bool) -> list[dict[str, Any]]:
+        if not use_cache:
+            out: list[dict[str, Any]] = []
+            for i in range(count):
+                out.append(self.fit(i, out[0] if out else None))
+            return out
+        path = self.cache_path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with _locked(path.with_name(path.name + ".lock")):
+            lines = _read_lines(path)
+            if len(lines) < count:
+                with path.open("a", encoding="utf-8") as handle:
+                    for i in range(len(lines), count):
+                        line = self.fit(i, lines[0] if lines else None)
+                        handle.write(json.dumps(line, sort_keys=True) + "\n")
+                        handle.flush()
+                        lines.append(line)
+        return lines[:count]
+
+
+@BENCHMARKS.register("infinitebench")
+class InfiniteBench(Benchmark):
+    name = "infinitebench"
+    summary = (
+        "InfiniteBench (official prompts, middle truncation to the length, official scorers); "
+        "passkey/number_string/kv_retrieval generated locally at any length"
+    )
+
+    @property
+    def config(self) -> InfiniteBenchConfig:
+        return load_config()
+
+    def tasks(self) -> list[str]:
+        return list(self.config.tasks)
+
+    def default_tasks(self) -> list[str]:
+        return [name for name, spec in self.config.tasks.items() if spec.default]
+
+    def check_task(self, task: str) -> str:
+        """The official task name for a name or an alias (``passkey``, ``kv``, ``en.mc``, ...)."""
+        return self.config.resolve(task)
+
+    def spec(self, task: str) -> TaskSpec:
+        return self.config.tasks[self.check_task(task)]
+
+    # ------------------------------------------------------------------------------------ data
+    def source(self, task: str, ctx: SampleContext) -> str:
+        options = ctx.options or {}
+        source = str(options.get("source", "auto")).lower()
+        if source not in SOURCES:
+            raise LampeEvalError(
+                f"infinitebench: unknown source {source!r}; choose one of: {', '.join(SOURCES)}"
+            )
+        if source == "auto" and _flag(options, "fixture", False):
+            source = "fixture"
+        if source == "auto":
+            if ctx.data_dir and find_task_file(ctx.data_dir, task):
+                source = "dir"
+            elif self.config.tasks[task].synthetic:
+                source = "generate"
+            else:
+                source = "hub"
+        if source == "generate" and not self.config.tasks[task].synthetic:
+            raise LampeEvalError(
+                f"infinitebench/{task} is not synthetic: only passkey, number_string and kv_retrieval "
+                "can be generated"
+            )
+        return source
+
+    def records(self, task: str, source: str, ctx: SampleContext) -> tuple[str, list[Record]]:
+        """(source label, records) for a non-generated source."""
+        if source == "fixture":
+            path = fixture_dir() / f"{task}.jsonl"
+            if not path.is_file():
+                raise MissingDataError(f"infinitebench/{task}: no fixture at {path}")
+            return f"fixture:tests/fixtures/infinitebench/{task}.jsonl", read_jsonl(path)
+        if source == "dir":
+            found = find_task_file(ctx.data_dir, task) if ctx.data_dir else None
+            if found is None:
+                raise MissingDataError(
+                    f"infinitebench/{task}: no {task}.jsonl in --data-dir {ctx.data_dir!r} "
+                    "(nor in its infinitebench/)"
+                )
+            return f"file:{found}", read_jsonl(found)
+        dataset = str((ctx.options or {}).get("dataset", self.config.dataset))
+        return f"hub:{dataset}:{task}", hub_records(dataset, task)
+
+    # --------------------------------------------------------------------------------- samples
+    def samples(self, task: str, ctx: SampleContext) -> Iterator[Sample]:
+        task = self.check_task(task)
+        spec = self.config.tasks[task]
+        options = ctx.options or {}
+        family = str(options.get("template", self.config.default_template))
+        template = self.config.template(family, task)
+        builder = PromptBuilder(ctx.lm, ctx.length, _flag(options, "chat_template", True))
+        max_new = int(options.get("max_new_tokens", spec.max_new_tokens))
+        base_meta = {
+            "label": spec.label,
+            "metric": spec.metric,
+            "template": family,
+            "chat_template": builder.chat_template,
+        }
+        source = self.source(task, ctx)
+        if source == "generate":
+            yield from self._generated(task, spec, template, family, builder, max_new, base_meta, ctx)
+            return
+        label, records = self.records(task, source, ctx)
+        if ctx.limit is not None:
+            records = records[: ctx.limit]
+        for record in records:
+            prompt, meta = builder.build(fill_template(template, task, record))
+            sample_id = f"fixture-{record.id}" if source == "fixture" else record.id
+            yield Sample(
+                sample_id=sample_id,
+                task=task,
+                prompt=prompt,
+                references=gold(task, record),
+                max_new_tokens=max_new,
+                meta={**base_meta, "data_source": label, "id": record.id, **meta},
+            )
+
+    def _generated(
+        self,
+        task: str,
+        spec: TaskSpec,
+        template: str,
+        family: str,
+        builder: PromptBuilder,
+        max_new: int,
+        base_meta: dict[str, Any],
+        ctx: SampleContext,
+    ) -> Iterator[Sample]:
+        options = ctx.options or {}
+        data = SyntheticSet(self.config, task, template, family, builder, ctx.seed)
+        total = int(options.get("num_samples", data.recipe.num_samples))
+        count = total if ctx.limit is None else min(total, ctx.limit)
+        lines = data.lines(count, _flag(options, "cache", True))
+        for line in lines:
+            index, n = int(line["index"]), int(line["n"])
+            prompt, record, meta = data.prompt_for(index, n)
+            yield Sample(
+                sample_id=record.id,
+                task=task,
+                prompt=prompt,
+                references=list(record.answer),
+                max_new_tokens=max_new,
+                meta={
+                    **base_meta,
+                    "data_source": f"generated:seed{ctx.seed}",
+                    "id": record.id,
+                    "prompt_tokens": int(line["tokens"]),
+                    "truncated": False,
+                    **meta,
+                },
+            )
+
+    # --------------------------------------------------------------------------------- scoring
+    def score(self, sample: Sample, output: dict[str, Any]) -> dict[str, float]:
+        task = self.check_task(sample.task)
+        metric = self.config.tasks[task].metric
+        return {metric: 100.0 * score_one(task, output.get("prediction"), sample.references)}
+
+
+__all__ = ["InfiniteBench", "PromptBuilder", "SyntheticSet", "tokenizer_fingerprint"]
