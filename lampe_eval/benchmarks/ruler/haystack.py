@@ -214,9 +214,9 @@ def _offline_corpus() -> tuple[str, str]:
     text = "\n".join(book.text for book in books)
     text = _HEADING.sub("\n", text)
     text = _VERSE_NUMBER.sub("", text)
+    corpus = corpus_description().replace("; stands in for PG-19 offline", "")
     description = (
-        f"offline stand-in for the Paul Graham essays: {corpus_description()} "
-        "(chapter headings and verse numbers removed)"
+        f"offline stand-in for the Paul Graham essays: {corpus} (chapter headings, verse numbers removed)"
     )
     return text, description
 
