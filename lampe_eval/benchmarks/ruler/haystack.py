@@ -166,6 +166,8 @@ def _hub_reachable(timeout: float) -> bool:
     for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
         if os.environ.get(var, "").strip().lower() in {"1", "true", "yes", "on"}:
             return False
+    if any(os.environ.get(var) for var in ("HTTPS_PROXY", "https_proxy", "HF_ENDPOINT")):
+        return True  # a proxy or mirror: let `datasets` try
     try:
         with socket.create_connection(("huggingface.co", 443), timeout=timeout):
             return True
