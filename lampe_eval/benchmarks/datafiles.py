@@ -1,0 +1,113 @@
+"""Where LongBench / L-Eval records come from: local JSONL files, the Hugging Face hub, or the test fixture.
+
+One function, :func:`load_task_records`, decides for one (benchmark, task), in this order:
+
+1. ``--opt fixture=true``: the small fixture shipped in ``tests/fixtures/<benchmark>/<task>.jsonl``
+   (a source checkout only; explicit, never a silent fallback).
+2. A local file in the official record format: ``--opt <benchmark>_dir=DIR`` or ``--data-dir DIR``,
+   as ``DIR/<benchmark>/<file>``, ``DIR/<file>`` or ``DIR/<subdir>/<file>`` for the benchmark's usual
+   sub-folders (LongBench's ``data/`` from ``data.zip``, L-Eval's ``Closed-ended-tasks/``).
+3. The hub through ``datasets`` when it is reachable.
+
+Otherwise a one-line :class:`MissingDataError` says how to provide the data. The caller records the
+returned source string in every sample's ``meta["data_source"]``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import MissingDataError
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = REPO_ROOT / "tests" / "fixtures"
+
+
+def truthy(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in {"1", "true", "yes", "on"}
+    return bool(value)
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The JSON objects of a JSON Lines file (blank lines skipped)."""
+    records: list[dict[str, Any]] = []
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise MissingDataError(f"{path}:{number}: not valid JSON ({err.msg})") from err
+            if not isinstance(record, dict):
+                raise MissingDataError(f"{path}:{number}: expected a JSON object per line")
+            records.append(record)
+    return records
+
+
+def _display(path: Path) -> str:
+    try:
+        return str(path.relative_to(REPO_ROOT))
+    except ValueError:
+        return str(path)
+
+
+def hub_reachable() -> bool:
+    from .ruler.haystack import hub_reachable as reachable
+
+    return reachable()
+
+
+def load_task_records(
+    benchmark: str,
+    task: str,
+    *,
+    options: dict[str, Any],
+    data_dir: str | None,
+    file_names: Sequence[str],
+    subdirs: Sequence[str] = (),
+    hub: Callable[[], list[dict[str, Any]]],
+    hub_label: str,
+) -> tuple[list[dict[str, Any]], str]:
+    """Records of one task and where they came from (``fixture:...``, ``file:...``, ``hub:...``)."""
+    if truthy(options.get("fixture", False)):
+        path = FIXTURES / benchmark / f"{task}.jsonl"
+        if not path.is_file():
+            raise MissingDataError(
+                f"no {benchmark} test fixture for task {task!r} at {_display(path)} "
+                "(fixtures exist in a source checkout, for a few tasks)"
+            )
+        return read_jsonl(path), f"fixture:{_display(path)}"
+
+    explicit = options.get(f"{benchmark}_dir")
+    directory = explicit or data_dir
+    if directory:
+        root = Path(str(directory)).expanduser()
+        for sub in (benchmark, "", *subdirs):
+            for name in file_names:
+                candidate = root / sub / name if sub else root / name
+                if candidate.is_file():
+                    return read_jsonl(candidate), f"file:{candidate}"
+        if explicit:
+            raise MissingDataError(
+                f"{benchmark}_dir={directory}: none of {', '.join(file_names)} found there "
+                f"(also looked in {', '.join([benchmark, *subdirs])}/)"
+            )
+
+    if hub_reachable():
+        try:
+            return hub(), f"hub:{hub_label}"
+        except Exception as err:  # noqa: BLE001 - any hub / datasets failure is reported the same way
+            raise MissingDataError(
+                f"could not load {hub_label} through datasets: {err}".splitlines()[0]
+            ) from err
+    where = f" (not in {directory})" if directory else ""
+    raise MissingDataError(
+        f"{benchmark} task {task!r}: the Hugging Face hub is unreachable and no local file was found{where}; "
+        f"pass --data-dir DIR with DIR/{benchmark}/{file_names[0]} in the official format, "
+        f"or --opt fixture=true to run on the tiny test fixture in tests/fixtures/{benchmark}/"
+    )

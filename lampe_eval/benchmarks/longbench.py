@@ -1,0 +1,378 @@
+"""LongBench v1 (THUDM/LongBench): 21 datasets in six categories, plus the 13 LongBench-E variants.
+
+Per sample, as the official ``pred.py`` / ``eval.py`` do (facts: ``shared/docs/benchmarks.md`` section 1):
+
+1. ``prompt = template.format(**record)`` with the dataset's official template
+   (``tasks/longbench/longbench.yaml``).
+2. Middle truncation in tokens of the formatted prompt, *before* any chat wrapper: when it has more than
+   ``max_length`` tokens (special tokens included), keep the decoded first ``max_length // 2`` and last
+   ``max_length // 2`` tokens. ``max_length`` is the job's length (``--len``, the official
+   ``model2maxlen``, e.g. 3500 for a 4K Llama-2: leave room for the wrapper and the answer yourself).
+3. The model's chat template, except for trec, triviaqa, samsum, lsht, lcc and repobench-p (the official
+   rule; ``--opt chat_template=false`` turns it off everywhere).
+4. Greedy generation of the dataset's budget; samsum stops at the first newline token after at least
+   one new token.
+5. Scoring: the four few-shot datasets keep the prediction's first line; the dataset's metric, max over
+   the gold answers, x100; the dataset score is the mean rounded to 2 decimals. A ``<dataset>_e`` task
+   also reports the buckets 0-4k / 4-8k / 8k+ of the record's ``length`` field.
+
+Data: ``--data-dir`` / ``--opt longbench_dir=`` (official JSONL files, e.g. ``data/`` of the official
+``data.zip``), the hub (``THUDM/LongBench``), or ``--opt fixture=true`` (the test fixture; see
+:mod:`lampe_eval.benchmarks.datafiles`). Options: ``chat_template`` (default true), ``code_sim``
+(``difflib``, the official environment, or ``levenshtein``), ``longbench_dataset`` (another hub id).
+
+:func:`longbench_categories` groups dataset scores into the paper's six categories and averages.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..errors import LampeEvalError, MissingDataError
+from ..models import LoadedModel
+from . import metrics
+from .base import BENCHMARKS, Benchmark, Sample, SampleContext
+from .datafiles import REPO_ROOT, load_task_records, truthy
+
+E_SUFFIX = "_e"
+
+METRICS: dict[str, Callable[..., float]] = {
+    "qa_f1": metrics.qa_f1_score,
+    "qa_f1_zh": metrics.qa_f1_zh_score,
+    "rouge_l": metrics.rouge_l_score,
+    "rouge_l_zh": metrics.rouge_l_zh_score,
+    "classification": metrics.classification_score,
+    "retrieval": metrics.retrieval_score,
+    "retrieval_zh": metrics.retrieval_zh_score,
+    "count": metrics.count_score,
+    "code_sim": metrics.code_sim_score,
+}
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """One LongBench dataset: how its prompt is built, generated and scored."""
+
+    name: str
+    category: str
+    language: str  # en, zh or code
+    metric: str
+    max_new_tokens: int
+    template: str
+    chat_template: bool = True
+    first_line: bool = False
+    newline_stop: bool = False
+    longbench_e: bool = False
+
+
+@dataclass(frozen=True)
+class LongBenchConfig:
+    dataset: str
+    split: str
+    categories: tuple[str, ...]
+    buckets: tuple[tuple[str, float | None], ...]
+    datasets: dict[str, DatasetSpec]
+
+    def tasks(self) -> list[str]:
+        names = list(self.datasets)
+        return names + [n + E_SUFFIX for n, spec in self.datasets.items() if spec.longbench_e]
+
+    def spec(self, task: str) -> DatasetSpec:
+        base = task[: -len(E_SUFFIX)] if task.endswith(E_SUFFIX) else task
+        return self.datasets[base]
+
+    def bucket(self, length: float) -> str:
+        for name, below in self.buckets:
+            if below is None or length < below:
+                return name
+        return self.buckets[-1][0]
+
+
+def config_path() -> Path:
+    env = os.environ.get("LAMPE_EVAL_LONGBENCH_CONFIG")
+    return Path(env) if env else REPO_ROOT / "tasks" / "longbench" / "longbench.yaml"
+
+
+@lru_cache(maxsize=4)
+def _load_config(path: str) -> LongBenchConfig:
+    file = Path(path)
+    if not file.is_file():
+        raise LampeEvalError(f"LongBench task table not found at {file} (set LAMPE_EVAL_LONGBENCH_CONFIG)")
+    raw = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
+    categories = tuple(raw.get("categories") or ())
+    datasets: dict[str, DatasetSpec] = {}
+    for name, entry in (raw.get("datasets") or {}).items():
+        spec = DatasetSpec(name=str(name), **entry)
+        if spec.metric not in METRICS:
+            raise LampeEvalError(f"{file}: dataset {name}: unknown metric {spec.metric!r}")
+        if spec.category not in categories:
+            raise LampeEvalError(f"{file}: dataset {name}: category {spec.category!r} not in categories")
+        datasets[spec.name] = spec
+    buckets = tuple((str(b["name"]), b.get("below")) for b in raw.get("length_buckets") or ())
+    return LongBenchConfig(
+        dataset=str(raw.get("dataset", "THUDM/LongBench")),
+        split=str(raw.get("split", "test")),
+        categories=categories,
+        buckets=buckets or (("all", None),),
+        datasets=datasets,
+    )
+
+
+def load_config() -> LongBenchConfig:
+    return _load_config(str(config_path()))
+
+
+# --------------------------------------------------------------------------- prompt
+
+
+def middle_truncate(prompt: str, tokenizer: Any, max_length: int) -> tuple[str, int, bool]:
+    """LongBench's truncation: (prompt, its token count with special tokens, whether it was cut).
+
+    Over ``max_length`` tokens, the prompt becomes the decoded first ``max_length // 2`` tokens followed
+    by the decoded last ``max_length // 2`` (two decodes, special tokens skipped, nothing between)."""
+    ids = tokenizer(prompt, add_special_tokens=True)["input_ids"]
+    count = len(ids)
+    if count <= max_length:
+        return prompt, count, False
+    half = int(max_length / 2)
+    head = tokenizer.decode(ids[:half], skip_special_tokens=True)
+    tail = tokenizer.decode(ids[-half:], skip_special_tokens=True) if half > 0 else ""
+    return head + tail, count, True
+
+
+def build_prompt(spec: DatasetSpec, record: Mapping[str, Any]) -> str:
+    """The official template filled with the record's fields (``str.format(**record)``)."""
+    return spec.template.format(**record)
+
+
+# --------------------------------------------------------------------------- scoring
+
+
+def score_prediction(
+    dataset: str,
+    prediction: str,
+    answers: Sequence[str],
+    all_classes: Sequence[str] | None = None,
+    code_sim_backend: str = "difflib",
+) -> float:
+    """One sample's official LongBench score in [0, 1] (``eval.py``: first-line post-processing for the
+    few-shot datasets, then the max of the dataset's metric over the gold answers, never below 0)."""
+    spec = load_config().spec(dataset)
+    if spec.first_line:
+        prediction = metrics.first_line(prediction)
+    return metrics.max_over_references(
+        METRICS[spec.metric],
+        prediction,
+        answers,
+        all_classes=list(all_classes or []),
+        backend=code_sim_backend,
+    )
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values)
+
+
+def longbench_categories(
+    task_scores: Mapping[str, float], language: str = "en", longbench_e: bool = False
+) -> dict[str, float]:
+    """Dataset scores grouped like the paper's Table 1.
+
+    ``task_scores`` maps dataset names (``<dataset>_e`` with ``longbench_e=True``) to their scores; other
+    keys are ignored. ``language``: ``en`` (English and code datasets: the paper's 16 and the README's
+    English table), ``zh`` (Chinese and code: the README's Chinese table) or ``all``.
+
+    Returns the categories present, in table order, each the mean of its datasets present, then
+    ``Avg`` = the mean over all included datasets (the paper's average) and ``Avg (categories)`` = the
+    mean of the category scores (the LongBench README's average).
+    """
+    if language not in ("en", "zh", "all"):
+        raise LampeEvalError(f"longbench_categories: language {language!r}; choose en, zh or all")
+    config = load_config()
+    suffix = E_SUFFIX if longbench_e else ""
+    included: dict[str, list[float]] = {c: [] for c in config.categories}
+    every: list[float] = []
+    for name, spec in config.datasets.items():
+        key = name + suffix
+        if key not in task_scores or (longbench_e and not spec.longbench_e):
+            continue
+        if language != "all" and spec.language not in (language, "code"):
+            continue
+        value = float(task_scores[key])
+        included[spec.category].append(value)
+        every.append(value)
+    out = {category: _mean(values) for category, values in included.items() if values}
+    if every:
+        out["Avg"] = _mean(every)
+        out["Avg (categories)"] = _mean([out[c] for c in config.categories if c in out])
+    return out
+
+
+# --------------------------------------------------------------------------- benchmark
+
+
+def _hub_records(dataset: str, config: str, split: str) -> list[dict[str, Any]]:
+    from datasets import load_dataset
+
+    return [dict(row) for row in load_dataset(dataset, config, split=split)]
+
+
+def _check_record(record: Mapping[str, Any], where: str) -> None:
+    for key in ("input", "context", "answers"):
+        if key not in record:
+            raise MissingDataError(f"{where}: record lacks the LongBench field {key!r}")
+
+
+@BENCHMARKS.register("longbench")
+class LongBench(Benchmark):
+    name = "longbench"
+    summary = "LongBench v1: 21 bilingual long-context datasets (+ LongBench-E), official prompts and scorers"
+
+    def tasks(self) -> list[str]:
+        return load_config().tasks()
+
+    def default_tasks(self) -> list[str]:
+        return list(load_config().datasets)
+
+    def load_records(self, task: str, ctx: SampleContext) -> tuple[list[dict[str, Any]], str]:
+        config = load_config()
+        options = ctx.options or {}
+        hub_id = str(options.get("longbench_dataset") or config.dataset)
+        records, source = load_task_records(
+            "longbench",
+            task,
+            options=options,
+            data_dir=ctx.data_dir,
+            file_names=[f"{task}.jsonl"],
+            subdirs=["data"],
+            hub=lambda: _hub_records(hub_id, task, config.split),
+            hub_label=f"{hub_id}/{task}",
+        )
+        for index, record in enumerate(records[:1]):
+            _check_record(record, f"{source} record {index}")
+        return records, source
+
+    def samples(self, task: str, ctx: SampleContext) -> Iterator[Sample]:
+        self.check_task(task)
+        spec = load_config().spec(task)
+        options = ctx.options or {}
+        records, source = self.load_records(task, ctx)
+        if ctx.limit is not None:
+            records = records[: ctx.limit]
+        use_chat = spec.chat_template and truthy(options.get("chat_template", True))
+        backend = str(options.get("code_sim", "difflib"))
+        tokenizer = ctx.lm.tokenizer
+        for index, record in enumerate(records):
+            _check_record(record, f"{source} record {index}")
+            raw = build_prompt(spec, record)
+            prompt, tokens, truncated = middle_truncate(raw, tokenizer, ctx.length)
+            text = ctx.lm.format_prompt(prompt, use_chat_template=use_chat)
+            meta: dict[str, Any] = {
+                "dataset": spec.name,
+                "category": spec.category,
+                "language": record.get("language"),
+                "length": record.get("length"),
+                "all_classes": record.get("all_classes"),
+                "data_source": source,
+                "record_tokens": tokens,
+                "truncated": truncated,
+                "chat_template": text != prompt,
+            }
+            if spec.metric == "code_sim":
+                meta["code_sim_backend"] = backend
+            if spec.newline_stop:
+                meta["newline_stop"] = True
+            answers = record["answers"]
+            yield Sample(
+                sample_id=str(record.get("_id") or index),
+                task=task,
+                prompt=text,
+                references=[str(a) for a in (answers if isinstance(answers, list) else [answers])],
+                max_new_tokens=spec.max_new_tokens,
+                meta=meta,
+            )
+
+    def evaluate(self, lm: LoadedModel, sample: Sample, ctx: SampleContext) -> dict[str, Any]:
+        if sample.meta.get("newline_stop"):
+            return generate_until_newline(lm, sample.prompt, sample.max_new_tokens)
+        return super().evaluate(lm, sample, ctx)
+
+    def score(self, sample: Sample, output: dict[str, Any]) -> dict[str, float]:
+        spec = load_config().spec(sample.task)
+        value = score_prediction(
+            spec.name,
+            str(output.get("prediction", "")),
+            sample.references,
+            sample.meta.get("all_classes"),
+            str(sample.meta.get("code_sim_backend", "difflib")),
+        )
+        scores = {spec.metric: 100.0 * value}
+        if sample.task.endswith(E_SUFFIX):
+            scores["length"] = float(sample.meta.get("length") or 0)
+        return scores
+
+    def aggregate(self, task: str, scores: Sequence[dict[str, float]]) -> dict[str, float]:
+        """The dataset score (mean, 2 decimals, as ``eval.py``); ``_e`` tasks add the length buckets."""
+        if not scores:
+            return {}
+        metric = next(iter(scores[0]))
+        out = {metric: round(_mean([s[metric] for s in scores]), 2)}
+        if task.endswith(E_SUFFIX):
+            config = load_config()
+            grouped: dict[str, list[float]] = {name: [] for name, _ in config.buckets}
+            for s in scores:
+                grouped[config.bucket(s.get("length", 0.0))].append(s[metric])
+            out.update({name: round(_mean(v), 2) for name, v in grouped.items() if v})
+        return out
+
+    def summarize_tasks(self, task_scores: Mapping[str, float]) -> dict[str, float]:
+        """Benchmark-level rows for a run: the paper's categories and averages (all languages present)."""
+        standard = longbench_categories(task_scores, language="all")
+        if standard or not any(k.endswith(E_SUFFIX) for k in task_scores):
+            return standard
+        return longbench_categories(task_scores, language="all", longbench_e=True)
+
+
+# --------------------------------------------------------------------------- samsum generation
+
+
+def generate_until_newline(lm: LoadedModel, prompt: str, max_new_tokens: int) -> dict[str, Any]:
+    """samsum's official generation: greedy, the newline token ends generation like EOS, and at least
+    one token is generated (``min_length = prompt + 1``)."""
+    import torch
+
+    tokenizer = lm.tokenizer
+    add_special = not (tokenizer.bos_token and prompt.startswith(tokenizer.bos_token))
+    input_ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=add_special).input_ids.to(lm.device)
+    newline = tokenizer.encode("\n", add_special_tokens=False)[-1]
+    eos = [t for t in (tokenizer.eos_token_id, newline) if t is not None]
+    start = time.perf_counter()
+    with torch.inference_mode():
+        output = lm.model.generate(
+            input_ids,
+            attention_mask=torch.ones_like(input_ids),
+            max_new_tokens=max(1, max_new_tokens),
+            min_new_tokens=1,
+            eos_token_id=eos,
+            do_sample=False,
+            temperature=None,
+            top_p=None,
+            top_k=None,
+            pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0],
+        )
+    seconds = time.perf_counter() - start
+    new_tokens = output[0, input_ids.shape[1] :]
+    return {
+        "prediction": tokenizer.decode(new_tokens, skip_special_tokens=True),
+        "prompt_tokens": int(input_ids.shape[1]),
+        "new_tokens": int(new_tokens.shape[0]),
+        "seconds": seconds,
+    }
