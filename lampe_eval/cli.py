@@ -94,65 +94,114 @@ def list_command() -> None:
 @app.command("run")
 def run_command(
     model: list[str] = typer.Option(
-        ["smollm2-135m"],
+        None,
         "--model",
         "-m",
-        help="Preset, HF id, local dir or .gguf (repeat or comma-separate).",
+        help="Preset, HF id, local dir or .gguf (repeat or comma-separate; default smollm2-135m).",
     ),
-    method: list[str] = typer.Option(["rope"], "--method", help="Method name(s), e.g. rope,lampe."),
-    bench: list[str] = typer.Option(..., "--bench", "-b", help="Benchmark name(s), e.g. ruler, pg19."),
+    method: list[str] = typer.Option(None, "--method", help="Method name(s), e.g. rope,lampe (default rope)"),
+    bench: list[str] = typer.Option(None, "--bench", "-b", help="Benchmark name(s), e.g. ruler, pg19."),
     task: list[str] = typer.Option(None, "--task", "-t", help="Task(s) of the benchmark (default: all)."),
-    length: list[str] = typer.Option(..., "--len", "-l", help="Context length(s): 4096, 4k, 64K, 128k."),
+    length: list[str] = typer.Option(None, "--len", "-l", help="Context length(s): 4096, 4k, 64K, 128k."),
     limit: int | None = typer.Option(None, "--limit", "-n", min=1, help="At most N samples per task."),
     param: list[str] = typer.Option(
         None, "--param", "-p", help="Method parameter override key=value (repeatable)."
     ),
     opt: list[str] = typer.Option(None, "--opt", help="Benchmark option key=value (repeatable)."),
-    out: Path = typer.Option(Path("results/default"), "--out", "-o", help="Results directory (resumable)."),
-    seed: int = typer.Option(0, help="Seed for generated data."),
+    experiment: Path | None = typer.Option(
+        None, "--experiment", "-e", help="Experiment YAML (named grids) instead of the grid options."
+    ),
+    out: Path | None = typer.Option(
+        None, "--out", "-o", help="Results directory, resumable (default results/default or the experiment's)"
+    ),
+    seed: int | None = typer.Option(None, help="Seed for generated data (default 0)."),
     device: str | None = typer.Option(None, help="cpu, cuda, cuda:1 (default: cuda if available)."),
     dtype: str | None = typer.Option(None, help="auto (bf16 on CUDA, fp32 on CPU), fp32, bf16, fp16."),
     data_dir: str | None = typer.Option(None, help="Local data directory for offline benchmark files."),
+    workers: int | None = typer.Option(
+        None, "--workers", "-w", min=1, help="Worker processes (default: one per visible GPU, else 1)."
+    ),
+    gpus: str | None = typer.Option(None, "--gpus", help="GPUs to use, one worker each, e.g. 0,1,3."),
+    ray: bool = typer.Option(False, "--ray", help="Run the workers as Ray actors (one per GPU)."),
+    ray_address: str | None = typer.Option(
+        None, "--ray-address", help="Ray cluster to join (auto, ray://host:10001); implies --ray."
+    ),
+    imports: list[str] = typer.Option(
+        None, "--import", help="Module(s) to import first, e.g. one registering your own benchmark."
+    ),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Live progress bars."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="List the jobs and exit."),
 ) -> None:
     """Run models x methods x benchmarks x lengths; per-sample records go to OUT/records.jsonl.
 
+    Rerunning the same command skips finished samples; Ctrl-C keeps everything finished.
+
     Example: lampe-eval run --method rope,lampe --bench pg19 --len 4k,12k --limit 2
     """
-    from .benchmarks import get_benchmark
-    from .methods import METHODS
-    from .models import resolve_source
-    from .runner.jobs import expand_grid
-    from .runner.local import run_jobs
+    import dataclasses
+
+    from .runner.local import execute
+    from .runner.progress import RunProgress
     from .runner.store import ResultStore
+    from .runner.worker import import_plugins
 
     try:
-        lengths = parse_lengths(length)
-        models = split_list(model)
-        for name in models:
-            resolve_source(name)
-        method_names = split_list(method)
-        for name in method_names:
-            METHODS.get(name)
-        overrides = parse_key_values(param, "--param")
+        import_plugins(split_list(imports))
         options = parse_key_values(opt, "--opt")
-        bench_tasks: list[tuple[str, str]] = []
-        for bench_name in split_list(bench):
-            benchmark = get_benchmark(bench_name)
-            tasks = split_list(task) or benchmark.default_tasks()
-            bench_tasks.extend((bench_name, benchmark.check_task(t)) for t in tasks)
-        if overrides and len(method_names) > 1:
-            raise LampeEvalError("--param applies to one method: run the methods separately")
-        jobs = expand_grid(models, [(m, overrides) for m in method_names], bench_tasks, lengths, limit, seed)
+        if experiment is not None:
+            from .runner.experiment import load_experiment
+
+            given = [n for n, v in (("--model", model), ("--method", method), ("--bench", bench),
+                     ("--task", task), ("--len", length), ("--param", param)) if v]  # fmt: skip
+            if given:
+                raise LampeEvalError(f"--experiment defines the grid: drop {', '.join(given)}")
+            exp = load_experiment(experiment)
+            jobs = [
+                dataclasses.replace(
+                    job,
+                    limit=limit if limit is not None else job.limit,
+                    seed=seed if seed is not None else job.seed,
+                )
+                for job in exp.jobs
+            ]
+            out = out or Path(exp.out)
+            options = {**exp.options, **options}
+            data_dir = data_dir or exp.data_dir
+        else:
+            jobs = grid_from_options(model, method, bench, task, length, limit, param, seed or 0)
+            out = out or Path("results/default")
         store = ResultStore(out)
-        console.print(f"{len(jobs)} job(s) -> {store.path}")
-
-        def show(job, record) -> None:
-            scores = ", ".join(f"{k}={v:.2f}" for k, v in record["scores"].items())
-            console.print(f"  {job.describe()} | {record['sample_id']}: {scores}", highlight=False)
-
-        summaries = run_jobs(
-            jobs, store, device=device, dtype=dtype, data_dir=data_dir, options=options, on_sample=show
-        )
+        done = store.done_by_job()
+        resumed = sum(len(done.get(job.key(), ())) for job in jobs)
+        console.print(f"{len(jobs)} job(s) -> {store.path} ({resumed} sample(s) already there)")
+        if dry_run:
+            for job in jobs:
+                console.print(f"  {job.describe()}  [{job.key()}]", highlight=False, markup=False)
+            return
+        tracker = RunProgress(console, len(jobs), enabled=progress)
+        try:
+            with tracker:
+                result = execute(
+                    jobs,
+                    store,
+                    device=device,
+                    dtype=dtype,
+                    data_dir=data_dir,
+                    options=options,
+                    imports=split_list(imports),
+                    workers=workers,
+                    gpus=split_list([gpus]) if gpus else None,
+                    use_ray=ray,
+                    ray_address=ray_address,
+                    on_event=tracker,
+                )
+        except KeyboardInterrupt:
+            err_console.print(
+                f"interrupted: {tracker.samples} new sample(s) this run are saved in {store.path}; "
+                "rerun the same command to resume",
+                highlight=False,
+            )
+            raise typer.Exit(130) from None
     except LampeEvalError as err:
         fail(str(err))
         return
@@ -160,16 +209,104 @@ def run_command(
     for column in ("model", "method", "benchmark", "task", "length", "scores"):
         table.add_column(column)
     for job in jobs:
-        scores = summaries.get(job.key(), {})
+        scores = result.summaries.get(job.key(), {})
         table.add_row(
             job.model,
             job.method,
             job.benchmark,
             job.task,
             format_length(job.length),
-            ", ".join(f"{k}={v:.2f}" for k, v in scores.items()) or "-",
+            ", ".join(f"{k}={v:.2f}" for k, v in list(scores.items())[:4]) or "-",
         )
     console.print(table)
+    console.print(f"{result.computed} new sample(s), {result.skipped} resumed -> {store.path}")
+    if result.failures:
+        for failure in result.failures:
+            message = f"{failure['describe']}: {failure['error']}"
+            err_console.print(f"[bold red]failed:[/] {message}", highlight=False)
+        raise typer.Exit(1)
+
+
+def grid_from_options(
+    model: list[str] | None,
+    method: list[str] | None,
+    bench: list[str] | None,
+    task: list[str] | None,
+    length: list[str] | None,
+    limit: int | None,
+    param: list[str] | None,
+    seed: int,
+) -> list:
+    from .benchmarks import get_benchmark
+    from .methods import METHODS
+    from .models import resolve_source
+    from .runner.jobs import expand_grid
+
+    lengths = parse_lengths(length or [])
+    if not bench:
+        raise LampeEvalError("--bench is required (or --experiment FILE)")
+    models = split_list(model) or ["smollm2-135m"]
+    for name in models:
+        resolve_source(name)
+    method_names = split_list(method) or ["rope"]
+    for name in method_names:
+        METHODS.get(name)
+    overrides = parse_key_values(param, "--param")
+    bench_tasks: list[tuple[str, str]] = []
+    for bench_name in split_list(bench):
+        benchmark = get_benchmark(bench_name)
+        tasks = split_list(task) or benchmark.default_tasks()
+        bench_tasks.extend((bench_name, benchmark.check_task(t)) for t in tasks)
+    if overrides and len(method_names) > 1:
+        raise LampeEvalError("--param applies to one method: run the methods separately")
+    return expand_grid(models, [(m, overrides) for m in method_names], bench_tasks, lengths, limit, seed)
+
+
+@app.command("report")
+def report_command(
+    results: list[Path] = typer.Argument(..., help="Results directories (searched for records.jsonl)."),
+    fmt: str = typer.Option("md", "--format", "-f", help="Tables as md, latex or csv (comma-separate)."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Output directory (default RESULTS/report)."),
+    paper: list[str] = typer.Option(
+        None, "--paper", help="Paper table(s) to compare with: table1, table2, ruler, ppl."
+    ),
+    as_model: str | None = typer.Option(
+        None, "--as-model", help="Compare this model's results with every paper block (smoke runs)."
+    ),
+    plots: bool = typer.Option(True, "--plots/--no-plots", help="Write the PNG plots."),
+    buckets: str | None = typer.Option(
+        None, "--buckets", help="Input-length bucket edges for the bucket plot, e.g. 4k (default: window)."
+    ),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Only list the files written."),
+) -> None:
+    """Comparison tables (methods as rows, best in bold), the leaderboard CSV and plots.
+
+    Example: lampe-eval report results/table-ppl --paper ppl --format md,latex
+    """
+    from .report import build_report
+
+    try:
+        formats = split_list([fmt])
+        bad = [f for f in formats if f not in ("md", "latex", "csv")]
+        if bad or not formats:
+            raise LampeEvalError(f"bad --format {fmt!r}: use md, latex or csv")
+        target = out or results[0] / "report"
+        report = build_report(
+            results,
+            target,
+            formats=formats,
+            papers=split_list(paper),
+            as_model=as_model,
+            plots=plots,
+            bucket_edges=parse_lengths(buckets) if buckets else None,
+        )
+    except LampeEvalError as err:
+        fail(str(err))
+        return
+    if not quiet and formats[0] != "csv":
+        typer.echo(report.text)
+    for path in report.files:
+        console.print(f"wrote {path}", highlight=False)
 
 
 def main() -> None:

@@ -29,10 +29,13 @@ class Job:
     method_params: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
     limit: int | None = None
     seed: int = 0
+    # The parameters the user set (--param, an experiment's params:): what names the method's
+    # variant in reports. Not part of the key (method_params already holds them).
+    overrides: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
 
     def key(self) -> str:
         """Stable identity of the job: same inputs, same key (used to resume)."""
-        ident = {k: v for k, v in asdict(self).items() if k != "limit"}
+        ident = {k: v for k, v in asdict(self).items() if k not in ("limit", "overrides")}
         blob = json.dumps(ident, sort_keys=True, default=str)
         return hashlib.sha1(blob.encode()).hexdigest()[:16]
 
@@ -93,7 +96,7 @@ def expand_grid(
         models, methods, benchmark_tasks, lengths
     ):
         resolved = resolve_params(model, method, bench, length, params) if use_configs else dict(params)
-        jobs.append(Job(model, method, bench, task, length, resolved, limit, seed))
+        jobs.append(Job(model, method, bench, task, length, resolved, limit, seed, dict(params)))
     return dedupe(jobs)
 
 

@@ -10,7 +10,8 @@ Record fields (one JSON object per line; readers must ignore fields they do not 
 
 - ``key`` (``<job_key>:<sample_id>``), ``job_key``, ``sample_id``, ``index`` (position of the sample
   in the benchmark's order)
-- ``model``, ``method``, ``method_params`` (the resolved parameters), ``method_label``
+- ``model``, ``method``, ``method_params`` (the resolved parameters), ``method_label``,
+  ``variant_params`` (the parameters set explicitly: they name the method's variant in reports)
 - ``benchmark``, ``task``, ``length`` (target tokens), ``seed``, ``limit``
 - ``prompt_tokens`` (tokens actually given to the model), ``references``, ``output`` (the
   benchmark's raw output: ``prediction``, token counts, timings, ...), ``prediction``

@@ -186,6 +186,7 @@ class Worker:
                     "method": job.method,
                     "method_params": params,
                     "method_label": label,
+                    "variant_params": job.overrides,
                     "benchmark": job.benchmark,
                     "task": job.task,
                     "length": job.length,

@@ -1,0 +1,171 @@
+"""From stored records to scores: one number per (model, variant, benchmark, task, length).
+
+A *variant* is a method plus the parameters the user set explicitly (``--param``, an experiment's
+``params:``); parameters the method derives from the length or reads from ``method_configs/``
+(YaRN's factor, SelfExtend's G at 16K vs 25K) are part of the method, so one variant spans all
+lengths. Task scores use the benchmark's own ``aggregate`` (PG-19: token-weighted perplexity) when
+the benchmark is registered, else the mean of each metric; the headline metric is the aggregate's
+first key. A benchmark-level score is the mean of its task headlines (LongBench's and RULER's
+"Avg." in the paper).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import LampeEvalError
+from ..runner.store import RECORDS_FILE, iter_records
+
+LOWER_IS_BETTER = {"ppl", "ppl_last_quarter", "nll", "nll_last_quarter", "loss", "perplexity"}
+
+
+def higher_is_better(metric: str) -> bool:
+    return metric not in LOWER_IS_BETTER
+
+
+@dataclass(frozen=True)
+class Variant:
+    method: str
+    params: str = "{}"  # JSON of the explicit parameters, sorted keys
+
+    def params_dict(self) -> dict[str, Any]:
+        return json.loads(self.params)
+
+
+@dataclass
+class TaskScore:
+    """A task-level result: the benchmark aggregate over its samples."""
+
+    model: str
+    variant: Variant
+    benchmark: str
+    task: str
+    length: int
+    metrics: dict[str, float]
+    samples: int
+    seconds: float
+    revisions: set[str] = field(default_factory=set)
+    prompt_tokens: list[int] = field(default_factory=list)
+
+    @property
+    def metric(self) -> str:
+        return next(iter(self.metrics)) if self.metrics else ""
+
+    @property
+    def score(self) -> float:
+        return self.metrics[self.metric] if self.metrics else math.nan
+
+
+def record_files(paths: Iterable[str | Path]) -> list[Path]:
+    """``records.jsonl`` files of the given results directories or files (searched recursively)."""
+    out: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_file():
+            out.append(path)
+        elif path.is_dir():
+            found = sorted(path.rglob(RECORDS_FILE))
+            if not found:
+                raise LampeEvalError(f"no {RECORDS_FILE} under {path}")
+            out.extend(found)
+        else:
+            raise LampeEvalError(f"results path {str(path)!r} does not exist")
+    return out
+
+
+def load_records(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
+    """Records of every store under ``paths``, one per key (the last written wins)."""
+    by_key: dict[str, dict[str, Any]] = {}
+    for path in record_files(paths):
+        for record in iter_records(path):
+            if "key" in record and "scores" in record:
+                by_key.pop(record["key"], None)
+                by_key[record["key"]] = record
+    return list(by_key.values())
+
+
+def variant_of(record: dict[str, Any]) -> Variant:
+    params = record.get("variant_params")
+    if params is None:  # records written before variant_params existed
+        params = {}
+    return Variant(record["method"], json.dumps(params, sort_keys=True, default=str))
+
+
+def aggregate(benchmark: str, task: str, scores: Sequence[dict[str, float]]) -> dict[str, float]:
+    from ..benchmarks import BENCHMARKS, get_benchmark
+
+    if benchmark in BENCHMARKS:
+        return get_benchmark(benchmark).aggregate(task, list(scores))
+    if not scores:
+        return {}
+    keys = list(scores[0])
+    return {k: sum(s[k] for s in scores if k in s) / len(scores) for k in keys}
+
+
+def task_scores(
+    records: Iterable[dict[str, Any]], model_alias: dict[str, str] | None = None
+) -> list[TaskScore]:
+    alias = model_alias or {}
+    groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+    for r in records:
+        model = alias.get(r["model"], r["model"])
+        groups[(model, variant_of(r), r["benchmark"], r["task"], int(r["length"]))].append(r)
+    out = []
+    for (model, variant, benchmark, task, length), items in groups.items():
+        items.sort(key=lambda r: (r.get("index", 0), str(r.get("sample_id"))))
+        out.append(
+            TaskScore(
+                model=model,
+                variant=variant,
+                benchmark=benchmark,
+                task=task,
+                length=length,
+                metrics=aggregate(benchmark, task, [r["scores"] for r in items]),
+                samples=len(items),
+                seconds=sum(float(r.get("seconds") or 0.0) for r in items),
+                revisions={str(r.get("git", "unknown")) for r in items},
+                prompt_tokens=[int(r["prompt_tokens"]) for r in items if r.get("prompt_tokens") is not None],
+            )
+        )
+    return out
+
+
+def variant_labels(variants: Iterable[Variant]) -> dict[Variant, str]:
+    """``method`` when a method has one variant, else ``method(k=v, ...)`` with the differing params."""
+    by_method: dict[str, list[Variant]] = defaultdict(list)
+    for v in sorted(set(variants), key=lambda v: (v.method, v.params)):
+        by_method[v.method].append(v)
+    labels: dict[Variant, str] = {}
+    for method, items in by_method.items():
+        if len(items) == 1:
+            labels[items[0]] = method
+            continue
+        keys = sorted({k for v in items for k in v.params_dict()})
+        for v in items:
+            params = v.params_dict()
+            inner = ", ".join(f"{k}={params[k]}" for k in keys if k in params)
+            labels[v] = f"{method}({inner})" if inner else method
+    return labels
+
+
+def method_order(variants: Iterable[Variant], preferred: Sequence[str] = ()) -> list[Variant]:
+    """Baseline first, then the paper's order of methods, then the rest; LaMPE last (as the paper)."""
+    order = list(preferred) or ["rope", "rerope", "selfextend", "dca", "yarn", "ntk", "dynamic_ntk", "linear"]
+    order = [m for m in order if m != "lampe"] + ["lampe"]
+
+    def rank(v: Variant) -> tuple[int, str, str]:
+        return (order.index(v.method) if v.method in order else len(order) - 1, v.method, v.params)
+
+    lampe_last = sorted(set(variants), key=rank)
+    others = [v for v in lampe_last if v.method != "lampe"]
+    return others + [v for v in lampe_last if v.method == "lampe"]
+
+
+def mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else math.nan

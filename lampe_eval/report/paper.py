@@ -1,0 +1,263 @@
+"""Our results next to the paper's numbers, cell by cell, with the difference.
+
+The paper's tables are transcribed in ``paper_tables/<name>.yaml``::
+
+    name: ppl
+    title: ...
+    source: where in lampe-paper.tex
+    metric: ppl                      # the headline metric compared
+    higher_is_better: false
+    groups: [[LongBench, 7], [L-Eval, 6]]     # optional spanning header
+    columns:                         # a column is the mean of the task headlines of its tasks ...
+      - {label: 4K, benchmark: pg19, tasks: [pg19], length: 4k}   # length: else the row's length
+      - {label: Avg., average: [4K, 8K]}       # ... or the mean of other columns of the row
+    blocks:
+      - model: llama2-7b-chat        # a preset name (what the runner records as "model")
+        label: "32K"                 # optional, for the title
+        rows:
+          - {label: "+ SelfExtend(16K)", method: selfextend, length: 16k, values: [27.30, ...]}
+
+Paper values are numbers, ``">1e2"`` (the paper's ">10^2": saturated, no difference computed) or
+``null`` (not reported). A row may pin ``params`` (the variant's explicit parameters); otherwise the
+variant run without explicit parameters is used.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..errors import LampeEvalError
+from ..lengths import format_length, parse_length
+from .data import TaskScore, Variant, mean
+from .tables import SATURATION, Cell, Table, format_value, slug
+
+PAPER_DIR = Path(__file__).resolve().parent / "paper_tables"
+
+
+def paper_table_names() -> list[str]:
+    return sorted(p.stem for p in PAPER_DIR.glob("*.yaml"))
+
+
+def load_paper_table(name: str) -> dict[str, Any]:
+    path = Path(name) if name.endswith(".yaml") else PAPER_DIR / f"{name}.yaml"
+    if not path.is_file():
+        raise LampeEvalError(f"unknown paper table {name!r}; choose one of: {', '.join(paper_table_names())}")
+    spec = yaml.safe_load(path.read_text())
+    validate_spec(spec, str(path))
+    return spec
+
+
+def validate_spec(spec: dict[str, Any], where: str) -> None:
+    columns = spec.get("columns") or []
+    labels = [c["label"] for c in columns]
+    for column in columns:
+        if "average" in column:
+            missing = set(column["average"]) - set(labels)
+            if missing:
+                raise LampeEvalError(
+                    f"{where}: column {column['label']!r} averages unknown {sorted(missing)}"
+                )
+        elif not column.get("benchmark") or not column.get("tasks"):
+            raise LampeEvalError(
+                f"{where}: column {column['label']!r} needs benchmark and tasks (or average)"
+            )
+    for block in spec.get("blocks") or []:
+        for row in block["rows"]:
+            if len(row["values"]) != len(columns):
+                raise LampeEvalError(
+                    f"{where}: row {row['label']!r} of {block['model']} has {len(row['values'])} values "
+                    f"for {len(columns)} columns"
+                )
+            if row.get("length") is None and any("length" not in c and "tasks" in c for c in columns):
+                raise LampeEvalError(f"{where}: row {row['label']!r} needs a length")
+
+
+def paper_value(raw: Any) -> float | None:
+    """A number; ``">1e2"``-style saturated values become +inf; None when not reported."""
+    if raw is None:
+        return None
+    if isinstance(raw, str):
+        text = raw.strip()
+        if text.startswith(">"):
+            return math.inf
+        return float(text)
+    return float(raw)
+
+
+@dataclass
+class Comparison:
+    table: Table
+    rows: list[dict[str, Any]]  # long format for the CSV
+
+
+def _pick_variant(
+    variants: set[Variant], method: str, params: dict[str, Any] | None
+) -> tuple[Variant | None, str]:
+    """The variant of ``method`` a paper row means; a note when the choice was ambiguous."""
+    candidates = sorted((v for v in variants if v.method == method), key=lambda v: v.params)
+    if params is not None:
+        wanted = json.dumps(params, sort_keys=True, default=str)
+        return next((v for v in candidates if v.params == wanted), None), ""
+    plain = [v for v in candidates if v.params == "{}"]
+    if plain:
+        return plain[0], ""
+    if len(candidates) == 1:
+        return candidates[0], ""
+    if candidates:
+        return candidates[0], f"{method}: several variants, used {candidates[0].params}"
+    return None, ""
+
+
+def compare(spec: dict[str, Any], scores: list[TaskScore], as_model: str | None = None) -> list[Comparison]:
+    """One comparison table per block of the paper table."""
+    index: dict[tuple[str, Variant, str, str, int], TaskScore] = {
+        (s.model, s.variant, s.benchmark, s.task, s.length): s for s in scores
+    }
+    variants_of: dict[str, set[Variant]] = {}
+    for s in scores:
+        variants_of.setdefault(s.model, set()).add(s.variant)
+    metric = spec.get("metric", "")
+    better_high = bool(spec.get("higher_is_better", True))
+    columns = spec["columns"]
+    out: list[Comparison] = []
+    for block in spec["blocks"]:
+        model = as_model or block["model"]
+        notes: list[str] = []
+        table_rows: list[tuple[str, list[Cell]]] = []
+        long_rows: list[dict[str, Any]] = []
+        for row in block["rows"]:
+            variant, note = _pick_variant(variants_of.get(model, set()), row["method"], row.get("params"))
+            if note:
+                notes.append(note)
+            ours_by_label: dict[str, float | None] = {}
+            cells: list[Cell] = []
+            for column, raw in zip(columns, row["values"], strict=True):
+                length = None
+                if "average" in column:
+                    parts = [ours_by_label.get(label) for label in column["average"]]
+                    ours = _average(parts, metric)
+                else:
+                    length = parse_length(column.get("length") or row.get("length"))
+                    ours = _column_value(index, model, variant, column, length, metric)
+                ours_by_label[column["label"]] = ours
+                paper = paper_value(raw)
+                diff = ours - paper if _comparable(ours, metric) and _comparable(paper, metric) else None
+                cells.append(Cell(ours, _cell_text(ours, paper, diff, metric)))
+                long_rows.append(
+                    {
+                        "table": spec["name"],
+                        "block": block.get("label", ""),
+                        "paper_model": block["model"],
+                        "model": model,
+                        "row": row["label"],
+                        "method": row["method"],
+                        "variant": variant.params if variant else "",
+                        "length": length or "",
+                        "column": column["label"],
+                        "ours": "" if ours is None else ours,
+                        "paper": "" if paper is None else (raw if isinstance(raw, str) else paper),
+                        "diff": "" if diff is None else round(diff, 4),
+                    }
+                )
+            table_rows.append((row["label"], cells))
+        title = f"{spec.get('title', spec['name'])} | {block['model']}"
+        if block.get("label"):
+            title += f" | {block['label']}"
+        if as_model:
+            title += f" (ours: {as_model})"
+        table = Table(
+            key=slug("paper", spec["name"], block["model"], str(block.get("label", ""))),
+            title=title,
+            columns=[c["label"] for c in columns],
+            rows=table_rows,
+            metric=metric,
+            higher_is_better=better_high,
+            groups=[tuple(g) for g in spec.get("groups") or []],
+            notes=[
+                f"Cells: ours / paper (ours - paper). Bold: our best per column. Source: {spec.get('source')}"
+            ]
+            + sorted(set(notes)),
+            corner="paper row",
+        ).mark_best()
+        out.append(Comparison(table, long_rows))
+    return out
+
+
+def _comparable(value: float | None, metric: str) -> bool:
+    if value is None or not math.isfinite(value):
+        return False
+    return not (metric.startswith("ppl") and value > SATURATION)
+
+
+def _average(parts: list[float | None], metric: str) -> float | None:
+    if not parts or any(p is None for p in parts):
+        return None
+    values = [float(p) for p in parts if p is not None]
+    if metric.startswith("ppl") and any(not math.isfinite(v) or v > SATURATION for v in values):
+        return None
+    return mean(values)
+
+
+def _column_value(
+    index: dict[tuple[str, Variant, str, str, int], TaskScore],
+    model: str,
+    variant: Variant | None,
+    column: dict[str, Any],
+    length: int,
+    metric: str,
+) -> float | None:
+    if variant is None:
+        return None
+    values = []
+    for task in column["tasks"]:
+        score = index.get((model, variant, column["benchmark"], task, length))
+        if score is None:
+            return None
+        values.append(score.metrics.get(metric, score.score))
+    return mean(values)
+
+
+def _cell_text(ours: float | None, paper: float | None, diff: float | None, metric: str) -> str:
+    paper_text = "-" if paper is None else format_value(paper, metric)
+    ours_text = format_value(ours, metric)
+    if diff is None:
+        return f"{ours_text} / {paper_text}"
+    return f"{ours_text} / {paper_text} ({diff:+.2f})"
+
+
+COMPARISON_CSV_COLUMNS = [
+    "table", "block", "paper_model", "model", "row", "method", "variant", "length", "column",
+    "ours", "paper", "diff",
+]  # fmt: skip
+
+
+def comparison_csv(comparisons: list[Comparison]) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=COMPARISON_CSV_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for comparison in comparisons:
+        for row in comparison.rows:
+            writer.writerow({**row, "length": format_length(row["length"]) if row["length"] else ""})
+    return buffer.getvalue()
+
+
+def required_jobs(spec: dict[str, Any]) -> list[tuple[str, str, str, str, int]]:
+    """(model, method, benchmark, task, length) for every cell of the paper table (to check experiments)."""
+    out = []
+    for block in spec["blocks"]:
+        for row in block["rows"]:
+            for column in spec["columns"]:
+                if "average" in column:
+                    continue
+                length = parse_length(column.get("length") or row.get("length"))
+                for task in column["tasks"]:
+                    out.append((block["model"], row["method"], column["benchmark"], task, length))
+    return sorted(set(out))

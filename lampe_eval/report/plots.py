@@ -1,0 +1,177 @@
+"""PNG plots (matplotlib, Agg backend):
+
+- ``<benchmark>-by-length.png``: benchmark score vs context length, one line per method, one panel
+  per model (the paper's Figure 4 for RULER; perplexity vs length for PG-19, log scale);
+- ``<benchmark>-by-bucket.png``: mean score by input-length bucket, one bar per method (and length
+  setting), one panel per model (Figure 5: LongBench / L-Eval, buckets [0, window] and window+).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from ..lengths import format_length  # noqa: E402
+from .data import TaskScore, higher_is_better, mean, method_order, variant_labels, variant_of  # noqa: E402
+from .tables import SATURATION, benchmark_score  # noqa: E402
+
+BUCKET_BENCHMARKS = ("longbench", "leval")
+
+
+def _panels(count: int) -> tuple[Any, list[Any]]:
+    cols = min(count, 3)
+    rows = math.ceil(count / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 3.8 * rows), squeeze=False)
+    flat = [ax for row in axes for ax in row]
+    for ax in flat[count:]:
+        ax.set_visible(False)
+    return fig, flat[:count]
+
+
+def plot_by_length(scores: Sequence[TaskScore], benchmark: str, path: Path) -> Path | None:
+    """Score vs length per method; None when the benchmark has fewer than one length per model."""
+    mine = [s for s in scores if s.benchmark == benchmark]
+    if not mine:
+        return None
+    models = sorted({s.model for s in mine})
+    labels = variant_labels(s.variant for s in mine)
+    metric = mine[0].metric
+    fig, axes = _panels(len(models))
+    for ax, model in zip(axes, models, strict=True):
+        cells: dict[tuple[Any, int], dict[str, TaskScore]] = defaultdict(dict)
+        for s in mine:
+            if s.model == model:
+                cells[(s.variant, s.length)][s.task] = s
+        tasks = sorted({t for per in cells.values() for t in per})
+        lengths = sorted({n for _, n in cells})
+        for variant in method_order({v for v, _ in cells}):
+            xs, ys = [], []
+            for n in lengths:
+                value = benchmark_score(cells.get((variant, n), {}), tasks)
+                if value is not None and math.isfinite(value):
+                    xs.append(n)
+                    ys.append(value)
+            if xs:
+                style = {"linewidth": 2.5, "color": "black"} if variant.method == "lampe" else {}
+                ax.plot(xs, ys, marker="o", label=labels[variant], **style)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(lengths, [format_length(n) for n in lengths])
+        ax.minorticks_off()
+        if metric.startswith("ppl"):
+            ax.set_yscale("log")
+            ax.axhline(SATURATION, color="grey", linestyle=":", linewidth=1)
+        ax.set_title(f"{benchmark} | {model}")
+        ax.set_xlabel("context length (tokens)")
+        ax.set_ylabel(metric if len(tasks) == 1 else f"mean {metric} ({len(tasks)} tasks)")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def bucket_edges(model: str, edges: Sequence[int] | None) -> list[int]:
+    if edges:
+        return sorted(edges)
+    from ..models import PRESETS
+
+    preset = PRESETS.get(model)
+    return [preset.pretraining_window] if preset else [8192]
+
+
+def bucket_label(edges: list[int], i: int) -> str:
+    low = 0 if i == 0 else edges[i - 1]
+    if i == len(edges):
+        return f"{format_length(low)}+"
+    return f"{format_length(low)}-{format_length(edges[i])}"
+
+
+def plot_by_bucket(
+    records: Sequence[dict[str, Any]],
+    benchmarks: Sequence[str],
+    path: Path,
+    edges: Sequence[int] | None = None,
+    title: str = "",
+) -> Path | None:
+    """Mean headline score per input-length bucket (task-macro average), per method and length."""
+    mine = [r for r in records if r.get("benchmark") in benchmarks and r.get("prompt_tokens") is not None]
+    if not mine:
+        return None
+    models = sorted({r["model"] for r in mine})
+    labels = variant_labels(variant_of(r) for r in mine)
+    fig, axes = _panels(len(models))
+    for ax, model in zip(axes, models, strict=True):
+        cuts = bucket_edges(model, edges)
+        # (variant, length) -> bucket -> task -> headline scores
+        table: dict[tuple[Any, int], dict[int, dict[str, list[float]]]] = defaultdict(
+            lambda: defaultdict(lambda: defaultdict(list))
+        )
+        metric = ""
+        for r in mine:
+            if r["model"] != model or not r["scores"]:
+                continue
+            metric = metric or next(iter(r["scores"]))
+            bucket = sum(int(r["prompt_tokens"]) > c for c in cuts)
+            table[(variant_of(r), int(r["length"]))][bucket][f"{r['benchmark']}/{r['task']}"].append(
+                next(iter(r["scores"].values()))
+            )
+        rank = {v: i for i, v in enumerate(method_order({v for v, _ in table}))}
+        keys = sorted(table, key=lambda k: (rank[k[0]], k[1]))
+        lengths_of: dict[Any, set[int]] = defaultdict(set)
+        for variant, n in keys:
+            lengths_of[variant].add(n)
+        width = 0.8 / max(1, len(keys))
+        for k, (variant, n) in enumerate(keys):
+            xs, ys = [], []
+            for b in range(len(cuts) + 1):
+                per_task = table[(variant, n)].get(b)
+                if per_task:
+                    xs.append(b + (k - (len(keys) - 1) / 2) * width)
+                    ys.append(mean([mean(v) for v in per_task.values()]))
+            name = labels[variant] + (f" ({format_length(n)})" if len(lengths_of[variant]) > 1 else "")
+            ax.bar(xs, ys, width=width, label=name)
+        ax.set_xticks(range(len(cuts) + 1), [bucket_label(cuts, b) for b in range(len(cuts) + 1)])
+        ax.set_title(f"{title or '/'.join(benchmarks)} | {model}")
+        ax.set_xlabel("input length (tokens)")
+        arrow = "higher is better" if higher_is_better(metric) else "lower is better"
+        ax.set_ylabel(f"mean score ({arrow})")
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def make_plots(
+    scores: Sequence[TaskScore],
+    records: Sequence[dict[str, Any]],
+    out: Path,
+    *,
+    bucket_benchmarks: Sequence[str] = BUCKET_BENCHMARKS,
+    edges: Sequence[int] | None = None,
+) -> list[Path]:
+    paths: list[Path] = []
+    for benchmark in sorted({s.benchmark for s in scores}):
+        lengths = {s.length for s in scores if s.benchmark == benchmark}
+        if len(lengths) >= 2:
+            made = plot_by_length(scores, benchmark, out / f"{benchmark}-by-length.png")
+            if made:
+                paths.append(made)
+    present = [b for b in bucket_benchmarks if any(r.get("benchmark") == b for r in records)]
+    if present:
+        made = plot_by_bucket(records, present, out / f"{'-'.join(present)}-by-bucket.png", edges)
+        if made:
+            paths.append(made)
+    return paths

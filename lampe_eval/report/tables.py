@@ -1,0 +1,244 @@
+"""Comparison tables (methods as rows) and their Markdown, LaTeX and CSV renderings.
+
+Generic tables from any results, per benchmark and model:
+
+- *by task*, one per length: columns are the benchmark's tasks and ``Avg.`` (the mean of the task
+  headlines, like the paper's Tables 1, 2 and the RULER appendix);
+- *by length*: columns are the lengths and ``Avg.`` (the benchmark score per length, like the
+  paper's PG-19 table and the data behind Figure 4).
+
+The best value of each column is bold (highest, or lowest for perplexity).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import re
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ..lengths import format_length
+from .data import TaskScore, Variant, higher_is_better, mean, method_order, variant_labels
+
+SATURATION = 100.0  # perplexities above this print as ">10^2", as in the paper's Appendix D
+
+
+def format_value(value: float | None, metric: str) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if metric.startswith("ppl") and (not math.isfinite(value) or value > SATURATION):
+        return ">10^2"
+    if not math.isfinite(value):
+        return "inf" if value > 0 else "-inf"
+    return f"{value:.2f}"
+
+
+@dataclass
+class Cell:
+    value: float | None = None
+    text: str | None = None  # shown instead of the formatted value (e.g. "ours / paper (diff)")
+    bold: bool = False
+
+
+@dataclass
+class Table:
+    key: str  # file-name slug
+    title: str
+    columns: list[str]
+    rows: list[tuple[str, list[Cell]]]
+    metric: str = ""
+    higher_is_better: bool = True
+    groups: list[tuple[str, int]] = field(default_factory=list)  # spanning header: (label, columns)
+    notes: list[str] = field(default_factory=list)
+    corner: str = "method"
+
+    def text(self, cell: Cell) -> str:
+        return cell.text if cell.text is not None else format_value(cell.value, self.metric)
+
+    def mark_best(self, skip_rows: Sequence[str] = ()) -> Table:
+        """Bold the best value of each column (ties: all of them); rows in ``skip_rows`` compete not."""
+        for c in range(len(self.columns)):
+            values = [
+                cells[c].value
+                for label, cells in self.rows
+                if label not in skip_rows and cells[c].value is not None and not math.isnan(cells[c].value)
+            ]
+            if not values:
+                continue
+            best = max(values) if self.higher_is_better else min(values)
+            for label, cells in self.rows:
+                if label not in skip_rows and cells[c].value == best:
+                    cells[c].bold = True
+        return self
+
+
+# ---------------------------------------------------------------------------------------- renderers
+def to_markdown(table: Table) -> str:
+    out = [f"### {table.title}", ""]
+    if table.groups:
+        spans = " | ".join(f"{label} ({n} col.)" for label, n in table.groups)
+        out += [f"Column groups: {spans}", ""]
+    header = [table.corner, *table.columns]
+    out.append("| " + " | ".join(header) + " |")
+    out.append("|" + "|".join([":---"] + ["---:"] * len(table.columns)) + "|")
+    for label, cells in table.rows:
+        texts = [f"**{table.text(c)}**" if c.bold else table.text(c) for c in cells]
+        out.append("| " + " | ".join([label, *texts]) + " |")
+    out += [f"\n{note}" for note in table.notes]
+    return "\n".join(out) + "\n"
+
+
+_LATEX_ESCAPES = {"&": r"\&", "%": r"\%", "_": r"\_", "#": r"\#", "$": r"\$", "{": r"\{", "}": r"\}"}
+
+
+def latex_escape(text: str) -> str:
+    return re.sub(r"[&%_#${}]", lambda m: _LATEX_ESCAPES[m.group()], text)
+
+
+def _latex_cell(table: Table, cell: Cell) -> str:
+    text = table.text(cell)
+    text = latex_escape(text).replace(">10^2", r"$>10^2$")
+    return rf"\textbf{{{text}}}" if cell.bold else text
+
+
+def to_latex(table: Table) -> str:
+    spec = "l" + "c" * len(table.columns)
+    out = [
+        r"\begin{table}[!htb]",
+        r"  \centering",
+        r"  \small",
+        rf"  \begin{{tabular}}{{{spec}}}",
+        r"    \toprule",
+    ]
+    if table.groups:
+        cols, start, rules = [], 2, []
+        for label, n in table.groups:
+            cols.append(rf"\multicolumn{{{n}}}{{c}}{{\textbf{{{latex_escape(label)}}}}}")
+            rules.append(rf"\cmidrule(lr){{{start}-{start + n - 1}}}")
+            start += n
+        out.append("    & " + " & ".join(cols) + r" \\")
+        out.append("    " + " ".join(rules))
+    header = [latex_escape(table.corner)] + [rf"\textbf{{{latex_escape(c)}}}" for c in table.columns]
+    out.append("    " + " & ".join(header) + r" \\")
+    out.append(r"    \midrule")
+    for label, cells in table.rows:
+        out.append(
+            "    " + " & ".join([latex_escape(label)] + [_latex_cell(table, c) for c in cells]) + r" \\"
+        )
+    out += [r"    \bottomrule", r"  \end{tabular}", rf"  \caption{{{latex_escape(table.title)}}}"]
+    out += [r"\end{table}"]
+    return "\n".join(out) + "\n"
+
+
+CSV_COLUMNS = ["table", "row", "column", "value", "text", "bold"]
+
+
+def to_csv(tables: Sequence[Table]) -> str:
+    """Long format: one line per cell (``value`` is the raw number, ``text`` what the table shows)."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for table in tables:
+        for label, cells in table.rows:
+            for column, cell in zip(table.columns, cells, strict=True):
+                value = "" if cell.value is None or math.isnan(cell.value) else repr(float(cell.value))
+                writer.writerow([table.key, label, column, value, table.text(cell), int(cell.bold)])
+    return buffer.getvalue()
+
+
+def render(tables: Sequence[Table], fmt: str) -> str:
+    if fmt == "md":
+        return "\n".join(to_markdown(t) for t in tables)
+    if fmt == "latex":
+        return "\n".join(to_latex(t) for t in tables)
+    if fmt == "csv":
+        return to_csv(tables)
+    raise ValueError(f"unknown table format {fmt!r}")
+
+
+# ----------------------------------------------------------------------------------- generic tables
+def slug(*parts: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.]+", "-", "-".join(parts)).strip("-").lower()
+
+
+def benchmark_score(cells: dict[str, TaskScore], tasks: Sequence[str]) -> float | None:
+    """Mean of the task headlines; None unless every task has a result."""
+    if not tasks or any(t not in cells for t in tasks):
+        return None
+    return mean([cells[t].score for t in tasks])
+
+
+def task_order(benchmark: str, seen: set[str]) -> list[str]:
+    from ..benchmarks import BENCHMARKS, get_benchmark
+
+    if benchmark in BENCHMARKS:
+        order = [t for t in get_benchmark(benchmark).tasks() if t in seen]
+        return order + sorted(seen - set(order))
+    return sorted(seen)
+
+
+def generic_tables(scores: Sequence[TaskScore]) -> list[Table]:
+    index: dict[tuple[str, str], dict[tuple[Variant, int], dict[str, TaskScore]]] = defaultdict(
+        lambda: defaultdict(dict)
+    )
+    for s in scores:
+        index[(s.benchmark, s.model)][(s.variant, s.length)][s.task] = s
+    tables: list[Table] = []
+    for benchmark, model in sorted(index):
+        cells = index[(benchmark, model)]
+        tasks = task_order(benchmark, {t for per in cells.values() for t in per})
+        lengths = sorted({length for _, length in cells})
+        variants = method_order({v for v, _ in cells})
+        labels = variant_labels(variants)
+        metric = next(iter(next(iter(cells.values())).values())).metric
+        better = higher_is_better(metric)
+        if len(tasks) > 1:
+            for length in lengths:
+                rows = []
+                for v in variants:
+                    per = cells.get((v, length))
+                    if not per:
+                        continue
+                    row = [Cell(per[t].score if t in per else None) for t in tasks]
+                    row.append(Cell(benchmark_score(per, tasks)))
+                    rows.append((labels[v], row))
+                tables.append(
+                    Table(
+                        key=slug(benchmark, model, format_length(length)),
+                        title=f"{benchmark} | {model} | {format_length(length)} ({metric}, by task)",
+                        columns=[*tasks, "Avg."],
+                        rows=rows,
+                        metric=metric,
+                        higher_is_better=better,
+                    ).mark_best()
+                )
+        rows = []
+        for v in variants:
+            row = [Cell(benchmark_score(cells.get((v, n), {}), tasks)) for n in lengths]
+            values = [c.value for c in row]
+            row.append(Cell(lengths_average(values, metric)))
+            rows.append((labels[v], row))
+        what = metric if len(tasks) == 1 else f"mean {metric} over {len(tasks)} tasks"
+        tables.append(
+            Table(
+                key=slug(benchmark, model, "by-length"),
+                title=f"{benchmark} | {model} | by length ({what})",
+                columns=[*(format_length(n) for n in lengths), "Avg."],
+                rows=rows,
+                metric=metric,
+                higher_is_better=better,
+            ).mark_best()
+        )
+    return tables
+
+
+def lengths_average(values: Sequence[float | None], metric: str) -> float | None:
+    """Mean over lengths; None when one is missing, or (perplexity) saturated as in the paper."""
+    if not values or any(v is None or math.isnan(v) for v in values):
+        return None
+    if metric.startswith("ppl") and any(not math.isfinite(v) or v > SATURATION for v in values):
+        return None
+    return mean([float(v) for v in values if v is not None])

@@ -1,0 +1,318 @@
+"""Tables, leaderboard CSV, paper comparison and plots from fixture stores written here."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+import tests.fakebench  # noqa: F401  (registers "fake")
+from lampe_eval.cli import app
+from lampe_eval.report import LEADERBOARD_COLUMNS, build_report
+from lampe_eval.report.data import load_records, task_scores, variant_labels
+from lampe_eval.report.leaderboard import leaderboard_rows
+from lampe_eval.report.paper import compare, load_paper_table, paper_table_names, paper_value, required_jobs
+from lampe_eval.report.tables import generic_tables, to_csv, to_latex, to_markdown
+from lampe_eval.runner.store import ResultStore
+
+ROOT = Path(__file__).resolve().parents[1]
+PPL = {  # (method, length) -> perplexity of the fixture passages
+    ("rope", 4096): 8.0,
+    ("rope", 8192): 150.0,
+    ("dca", 4096): 8.5,
+    ("dca", 8192): 7.5,
+    ("lampe", 4096): 8.25,
+    ("lampe", 8192): 7.25,
+}
+
+
+def pg19_record(model: str, method: str, length: int, i: int, ppl: float) -> dict:
+    nll = math.log(ppl)
+    tokens = length - 1
+    return {
+        "key": f"{model}-{method}-{length}:{i}",
+        "job_key": f"{model}-{method}-{length}",
+        "sample_id": str(i),
+        "index": i,
+        "model": model,
+        "method": method,
+        "method_params": {},
+        "variant_params": {},
+        "benchmark": "pg19",
+        "task": "pg19",
+        "length": length,
+        "prompt_tokens": length,
+        "output": {},
+        "scores": {
+            "ppl": ppl,
+            "ppl_last_quarter": ppl,
+            "nll": nll,
+            "nll_last_quarter": nll,
+            "tokens": float(tokens),
+            "tokens_last_quarter": float(length // 4),
+        },
+        "seconds": 2.0,
+        "git": "abc1234",
+    }
+
+
+def fake_record(
+    method: str, variant: dict, task: str, length: int, i: int, score: float, tokens: int
+) -> dict:
+    return {
+        "key": f"{method}{json.dumps(variant)}-{task}-{length}:{i}",
+        "job_key": f"{method}-{task}-{length}",
+        "sample_id": str(i),
+        "index": i,
+        "model": "smollm2-135m",
+        "method": method,
+        "method_params": variant,
+        "variant_params": variant,
+        "benchmark": "fake",
+        "task": task,
+        "length": length,
+        "prompt_tokens": tokens,
+        "output": {"prediction": "x"},
+        "scores": {"acc": score},
+        "seconds": 1.0,
+        "git": "abc1234",
+    }
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    out = tmp_path / "results"
+    s = ResultStore(out)
+    for (method, length), ppl in PPL.items():
+        for i in range(2):
+            s.append(pg19_record("llama3-8b-instruct", method, length, i, ppl))
+    for method, variant, base in (
+        ("rope", {}, 40.0),
+        ("selfextend", {"group_size": 4}, 50.0),
+        ("selfextend", {"group_size": 8}, 55.0),
+        ("lampe", {}, 60.0),
+    ):
+        for task, bonus in (("alpha", 0.0), ("beta", 10.0)):
+            for length in (1024, 2048):
+                for i, tokens in enumerate((500, 900, 1500, 2000)):
+                    score = base + bonus - (5.0 if length == 2048 else 0.0) + (10.0 if tokens < 1000 else 0.0)
+                    s.append(fake_record(method, variant, task, length, i, score, min(tokens, length)))
+    # a duplicate key written twice (e.g. a store merged from two runs): the last one wins
+    s.append({**pg19_record("llama3-8b-instruct", "rope", 4096, 0, 8.0)})
+    with open(s.path, "ab") as handle:
+        handle.write(b'{"key": "torn')
+    return out
+
+
+def test_scores_use_the_benchmark_aggregate_and_dedupe(store):
+    records = load_records([store])
+    scores = task_scores(records)
+    pg = {(s.variant.method, s.length): s for s in scores if s.benchmark == "pg19"}
+    assert pg[("rope", 4096)].samples == 2
+    assert pg[("rope", 4096)].metric == "ppl"
+    assert pg[("dca", 8192)].score == pytest.approx(7.5)
+    fake = [s for s in scores if s.benchmark == "fake"]
+    assert len(fake) == 4 * 2 * 2  # variants x tasks x lengths
+    labels = variant_labels(s.variant for s in fake)
+    assert sorted(labels.values()) == [
+        "lampe",
+        "rope",
+        "selfextend(group_size=4)",
+        "selfextend(group_size=8)",
+    ]
+
+
+def test_generic_tables_have_methods_as_rows_and_bold_best(store):
+    tables = {t.key: t for t in generic_tables(task_scores(load_records([store])))}
+    ppl = tables["pg19-llama3-8b-instruct-by-length"]
+    assert ppl.columns == ["4k", "8k", "Avg."]
+    assert [label for label, _ in ppl.rows] == ["rope", "dca", "lampe"]  # baseline first, LaMPE last
+    rows = dict(ppl.rows)
+    assert rows["rope"][0].bold and not rows["lampe"][0].bold  # lowest perplexity wins at 4K
+    assert rows["lampe"][1].bold
+    assert ppl.text(rows["rope"][1]) == ">10^2" and rows["rope"][2].value is None  # saturated: no Avg.
+    assert rows["dca"][2].value == pytest.approx(8.0)
+    by_task = tables["fake-smollm2-135m-1k"]
+    assert by_task.columns == ["alpha", "beta", "Avg."]
+    cells = dict(by_task.rows)
+    assert cells["lampe"][2].bold and cells["lampe"][2].value == pytest.approx(
+        (60 + 5 + 70 + 5) / 2  # mean over tasks of the per-task means (2 of 4 samples get +10)
+    )
+    md = to_markdown(by_task)
+    assert "| method | alpha | beta | Avg. |" in md and "**70.00**" in md
+    tex = to_latex(by_task)
+    assert r"\textbf{70.00}" in tex and r"selfextend(group\_size=4)" in tex and r"\toprule" in tex
+    rows_csv = list(csv.DictReader(io.StringIO(to_csv([by_task]))))
+    assert len(rows_csv) == 4 * 3 and rows_csv[0]["table"] == "fake-smollm2-135m-1k"
+
+
+def test_leaderboard_has_one_row_per_model_method_benchmark_length(store):
+    scores = task_scores(load_records([store]))
+    rows = leaderboard_rows(scores)
+    assert len(rows) == 3 * 2 + 4 * 2
+    assert list(rows[0]) == LEADERBOARD_COLUMNS
+    dca = next(r for r in rows if r["method"] == "dca" and r["length"] == 8192)
+    assert dca["score"] == pytest.approx(7.5) and dca["higher_is_better"] == "false"
+    assert dca["metric"] == "ppl" and dca["samples"] == 2 and dca["git"] == "abc1234"
+    assert dca["seconds_per_sample"] == pytest.approx(2.0) and dca["length_label"] == "8k"
+    se = [r for r in rows if r["method"] == "selfextend"]
+    assert {r["variant"] for r in se} == {"selfextend(group_size=4)", "selfextend(group_size=8)"}
+    assert {r["tasks"] for r in se} == {2}
+
+
+def test_paper_comparison_puts_ours_next_to_the_paper_with_the_difference(store):
+    spec = load_paper_table("ppl")
+    comparisons = compare(spec, task_scores(load_records([store])))
+    llama3 = next(c for c in comparisons if "llama3-8b-instruct" in c.table.title)
+    rows = dict(llama3.table.rows)
+    assert llama3.table.text(rows["Llama3-8B-Instruct"][0]) == "8.00 / 8.81 (-0.81)"
+    assert llama3.table.text(rows["Llama3-8B-Instruct"][1]) == ">10^2 / 8.14"  # saturated: no difference
+    assert llama3.table.text(rows["+ DCA"][1]) == "7.50 / 8.11 (-0.61)"
+    assert llama3.table.text(rows["+ Ours"][2]) == "- / 7.21"  # 16K not run
+    assert llama3.table.text(rows["+ Ours"][7]) == "- / 7.23"
+    cells = [r for r in llama3.rows if r["row"] == "+ DCA" and r["column"] == "8K"]
+    assert cells[0]["paper"] == 8.11 and cells[0]["diff"] == pytest.approx(-0.61)
+    llama2 = next(c for c in comparisons if "llama2" in c.table.title)
+    assert all(c.value is None for _, row in llama2.table.rows for c in row)  # no Llama-2 results
+    # --as-model: compare another model's results with every block (the smoke runs)
+    other = compare(spec, task_scores(load_records([store])), as_model="llama3-8b-instruct")
+    assert dict(other[0].table.rows)["+ DCA"][0].value == pytest.approx(8.5)
+
+
+# Averages the paper prints that differ from the mean of its own task scores (by more than rounding);
+# each is noted in its paper_tables/*.yaml.
+PAPER_AVERAGE_TYPOS = {
+    ("ruler", "24K (Table 6)", "SelfExtend"),  # 69.44, task mean 69.10
+    ("ruler", "32K (Table 6)", "SelfExtend"),  # 69.06, task mean 69.61
+    ("ruler", "32K (Table 6)", "DCA"),  # 61.99, task mean 61.97
+    ("ruler", "32K (Table 6)", "YaRN"),  # 69.06, task mean 58.36
+    ("ruler", "128K (Table 6)", "SelfExtend"),  # 35.97, task mean 36.26
+    ("table1", "", "Llama3-8B-Ins"),  # L-Eval 67.07, task mean 67.70
+    ("table1", "", "+ SelfExtend(16K)"),  # Llama3 LongBench 24.71, task mean 24.65
+    ("table2", "128K", "+ DCA (128K)"),  # 57.55, task mean 57.57
+}
+
+
+def paper_average_mismatches(name: str) -> set[tuple[str, str, str]]:
+    spec = load_paper_table(name)
+    columns = spec["columns"]
+    out = set()
+    for block in spec["blocks"]:
+        for row in block["rows"]:
+            values = dict(zip([c["label"] for c in columns], map(paper_value, row["values"]), strict=True))
+            for i, column in enumerate(columns):
+                printed = paper_value(row["values"][i])
+                if column["label"] != "Avg." or printed is None:
+                    continue
+                if "average" in column:
+                    parts = [values[label] for label in column["average"]]
+                    if any(p is None or math.isinf(p) for p in parts):
+                        continue
+                    expected = sum(parts) / len(parts)
+                else:  # task-weighted mean of the other columns of the same benchmark
+                    pairs = [
+                        (paper_value(row["values"][j]), len(c["tasks"]))
+                        for j, c in enumerate(columns)
+                        if c["label"] != "Avg." and c.get("benchmark") == column["benchmark"]
+                    ]
+                    expected = sum(v * n for v, n in pairs) / sum(n for _, n in pairs)
+                if abs(expected - printed) > 0.011:
+                    out.add((name, str(block.get("label", "")), row["label"]))
+    return out
+
+
+def test_paper_tables_are_consistent():
+    assert set(paper_table_names()) == {"table1", "table2", "ruler", "ppl"}
+    mismatches = set()
+    for name in paper_table_names():
+        spec = load_paper_table(name)
+        assert required_jobs(spec)
+        assert sum(len(b["rows"]) for b in spec["blocks"]) >= 14
+        mismatches |= paper_average_mismatches(name)
+    # the transcription reproduces the paper's averages, except the paper's own typos
+    assert mismatches == PAPER_AVERAGE_TYPOS
+
+
+def expand_experiment(path: Path) -> set[tuple[str, str, str, str, int]]:
+    """The (model, method, benchmark, task, length) cells of an experiment file, without running it."""
+    from lampe_eval.lengths import parse_lengths
+
+    data = yaml.safe_load(path.read_text())
+    out = set()
+    for grid in data["grid"]:
+        for model in grid["models"]:
+            for method in grid["methods"]:
+                name = method if isinstance(method, str) else method["name"]
+                for bench, tasks in grid["benchmarks"].items():
+                    for task in tasks:
+                        for length in parse_lengths([str(x) for x in grid["lengths"]]):
+                            out.add((model, name, bench, task, length))
+    return out
+
+
+@pytest.mark.parametrize(
+    ("experiment", "paper"),
+    [("table1", "table1"), ("table2", "table2"), ("table-ruler", "ruler"), ("table-ppl", "ppl")],
+)
+def test_paper_experiments_run_every_cell_of_their_table(experiment, paper):
+    planned = expand_experiment(ROOT / "experiments" / f"{experiment}.yaml")
+    if paper == "ruler":  # the experiment lists the tasks as "all"
+        from lampe_eval.benchmarks import get_benchmark
+
+        tasks = get_benchmark("ruler").tasks()
+        data = yaml.safe_load((ROOT / "experiments" / f"{experiment}.yaml").read_text())
+        for grid in data["grid"]:
+            grid["benchmarks"] = {"ruler": tasks}
+        planned = set()
+        from lampe_eval.lengths import parse_lengths
+
+        for grid in data["grid"]:
+            for method in grid["methods"]:
+                for task in tasks:
+                    for length in parse_lengths([str(x) for x in grid["lengths"]]):
+                        planned.add((grid["models"][0], method, "ruler", task, length))
+    missing = set(required_jobs(load_paper_table(paper))) - planned
+    assert not missing, sorted(missing)[:5]
+
+
+def test_build_report_writes_tables_leaderboard_comparison_and_plots(store, tmp_path):
+    out = tmp_path / "report"
+    report = build_report([store], out, formats=["md", "latex", "csv"], papers=["ppl"], bucket_edges=[1000])
+    names = {p.name for p in report.files}
+    assert {"tables.md", "tables.tex", "tables.csv", "leaderboard.csv"} <= names
+    assert {"paper-ppl.md", "paper-ppl.tex", "paper-ppl.csv", "paper-ppl-cells.csv"} <= names
+    assert {"pg19-by-length.png", "fake-by-length.png"} <= names
+    for png in (p for p in report.files if p.suffix == ".png"):
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+    header = (out / "leaderboard.csv").read_text().splitlines()[0]
+    assert header == ",".join(LEADERBOARD_COLUMNS)
+    assert "8.00 / 8.81 (-0.81)" in (out / "paper-ppl.md").read_text()
+
+
+def test_bucket_plot(store, tmp_path):
+    from lampe_eval.report.plots import plot_by_bucket
+
+    path = plot_by_bucket(load_records([store]), ["fake"], tmp_path / "b.png", edges=[1000])
+    assert path is not None and path.read_bytes()[:4] == b"\x89PNG"
+    assert plot_by_bucket(load_records([store]), ["longbench"], tmp_path / "c.png") is None
+
+
+def test_report_cli(store, tmp_path):
+    out = tmp_path / "cli-report"
+    result = CliRunner().invoke(
+        app, ["report", str(store), "--out", str(out), "--paper", "ppl", "--format", "md,csv"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "| method | 4k | 8k | Avg. |" in result.output
+    assert "8.00 / 8.81 (-0.81)" in result.output
+    assert (out / "leaderboard.csv").exists() and (out / "tables.csv").exists()
+    bad = CliRunner().invoke(app, ["report", str(store), "--format", "html"])
+    assert bad.exit_code != 0 and "bad --format" in bad.output
+    missing = CliRunner().invoke(app, ["report", str(tmp_path / "nothing")])
+    assert missing.exit_code != 0 and "does not exist" in missing.output
