@@ -288,3 +288,24 @@ def test_shipped_experiment_files_load():
         exp = load_experiment(path)
         assert exp.jobs, path
         json.dumps([j.method_params for j in exp.jobs])
+
+
+def test_progress_reports_jobs_samples_and_failures():
+    from rich.console import Console
+
+    from lampe_eval.runner.progress import RunProgress
+
+    console = Console(record=True, width=200, force_terminal=False)
+    with RunProgress(console, 2, enabled=False) as progress:
+        progress({"event": "load", "worker": "w0", "model": "m"})
+        progress({"event": "start", "unit": "u1", "describe": "m | rope | fake/alpha | 64", "total": 3})
+        progress({"event": "skip", "unit": "u1"})
+        for _ in range(2):
+            progress({"event": "sample", "unit": "u1", "key": "k", "scores": {}, "seconds": 0.5})
+        progress({"event": "finish", "unit": "u1"})
+        progress({"event": "fail", "unit": "u2", "error": "boom"})
+    text = console.export_text()
+    assert "w0: loading m" in text
+    assert "done m | rope | fake/alpha | 64 (2 new sample(s), 0.5 s/sample)" in text
+    assert "FAILED u2: boom" in text
+    assert (progress.samples, progress.skipped, progress.failed) == (2, 1, 1)

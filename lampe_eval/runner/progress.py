@@ -53,6 +53,7 @@ class RunProgress:
         self.overall = self.progress.add_task("all jobs", total=units)
         self.tasks: dict[str, Any] = {}
         self.describe: dict[str, str] = {}
+        self.counts: dict[str, list] = {}  # uid -> [new samples, seconds]
         self.samples = 0
         self.skipped = 0
         self.failed = 0
@@ -65,8 +66,8 @@ class RunProgress:
         self.progress.stop()
 
     def log(self, message: str) -> None:
-        if self.enabled:
-            self.progress.console.print(message, highlight=False, markup=False)
+        """A line above the bars (printed also without bars, e.g. in CI logs)."""
+        self.progress.console.print(message, highlight=False, markup=False)
 
     def __call__(self, event: Event) -> None:
         kind = event["event"]
@@ -75,9 +76,13 @@ class RunProgress:
             self.log(f"{event['worker']}: loading {event['model']}")
         elif kind == "start":
             self.describe[uid] = event["describe"]
+            self.counts[uid] = [0, 0.0]
             self.tasks[uid] = self.progress.add_task(event["describe"], total=event.get("total"))
         elif kind == "sample":
             self.samples += 1
+            if uid in self.counts:
+                self.counts[uid][0] += 1
+                self.counts[uid][1] += float(event.get("seconds") or 0.0)
             if uid in self.tasks:
                 self.progress.advance(self.tasks[uid])
         elif kind == "skip":
@@ -96,6 +101,10 @@ class RunProgress:
             if kind == "fail":
                 self.failed += 1
                 self.log(f"FAILED {describe}: {event['error']}")
+            else:
+                count, seconds = self.counts.get(uid, [0, 0.0])
+                speed = f", {seconds / count:.1f} s/sample" if count else ""
+                self.log(f"done {describe} ({count} new sample(s){speed})")
         self.progress.update(
             self.overall,
             description=f"all jobs ({self.samples} new, {self.skipped} resumed"
