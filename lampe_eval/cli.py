@@ -219,6 +219,10 @@ def run_command(
             ", ".join(f"{k}={v:.2f}" for k, v in list(scores.items())[:4]) or "-",
         )
     console.print(table)
+    from .benchmarks.summaries import summary_tables  # LongBench categories, L-Eval average
+
+    for summary in summary_tables(jobs, result.summaries):
+        console.print(summary)
     console.print(f"{result.computed} new sample(s), {result.skipped} resumed -> {store.path}")
     if result.failures:
         for failure in result.failures:
