@@ -301,6 +301,10 @@ def test_bucket_plot(store, tmp_path):
     path = plot_by_bucket(load_records([store]), ["fake"], tmp_path / "b.png", edges=[1000])
     assert path is not None and path.read_bytes()[:4] == b"\x89PNG"
     assert plot_by_bucket(load_records([store]), ["longbench"], tmp_path / "c.png") is None
+    from lampe_eval.report.plots import input_tokens
+
+    assert input_tokens({"prompt_tokens": 4000, "meta": {"record_tokens": 20000}}) == 20000
+    assert input_tokens({"prompt_tokens": 4000, "meta": {}}) == 4000
 
 
 def test_report_cli(store, tmp_path):

@@ -96,6 +96,21 @@ def bucket_label(edges: list[int], i: int) -> str:
     return f"{format_length(low)}-{format_length(edges[i])}"
 
 
+ORIGINAL_LENGTH_KEYS = ("original_tokens", "record_tokens", "document_tokens")  # before truncation
+
+
+def input_tokens(record: dict[str, Any]) -> int | None:
+    """The sample's input length before truncation when the benchmark records it (InfiniteBench,
+    LongBench, L-Eval meta), else the tokens given to the model: every method's run of a sample then
+    falls in the same bucket, as in the paper's Figure 5."""
+    meta = record.get("meta") or {}
+    for key in ORIGINAL_LENGTH_KEYS:
+        if isinstance(meta.get(key), (int, float)):
+            return int(meta[key])
+    tokens = record.get("prompt_tokens")
+    return int(tokens) if tokens is not None else None
+
+
 def plot_by_bucket(
     records: Sequence[dict[str, Any]],
     benchmarks: Sequence[str],
@@ -104,7 +119,7 @@ def plot_by_bucket(
     title: str = "",
 ) -> Path | None:
     """Mean headline score per input-length bucket (task-macro average), per method and length."""
-    mine = [r for r in records if r.get("benchmark") in benchmarks and r.get("prompt_tokens") is not None]
+    mine = [r for r in records if r.get("benchmark") in benchmarks and input_tokens(r) is not None]
     if not mine:
         return None
     models = sorted({r["model"] for r in mine})
@@ -121,7 +136,7 @@ def plot_by_bucket(
             if r["model"] != model or not r["scores"]:
                 continue
             metric = metric or next(iter(r["scores"]))
-            bucket = sum(int(r["prompt_tokens"]) > c for c in cuts)
+            bucket = sum(int(input_tokens(r) or 0) > c for c in cuts)
             table[(variant_of(r), int(r["length"]))][bucket][f"{r['benchmark']}/{r['task']}"].append(
                 next(iter(r["scores"].values()))
             )
