@@ -278,6 +278,17 @@ def test_longbench_categories() -> None:
     assert lb.longbench_categories({}) == {}
 
 
+def test_run_summary_is_the_english_table_plus_the_chinese_average() -> None:
+    bench = get_benchmark("longbench")
+    both = bench.summarize_tasks({"qasper": 10.0, "lcc": 30.0, "multifieldqa_zh": 50.0})
+    assert both == {
+        "Single-Doc QA": 10.0, "Code": 30.0, "Avg": 20.0, "Avg (categories)": 20.0,
+        "Avg zh (categories)": 40.0,
+    }  # fmt: skip
+    assert bench.summarize_tasks({"multifieldqa_zh": 50.0, "lcc": 30.0})["Avg"] == 40.0  # Chinese table
+    assert bench.summarize_tasks({"qasper_e": 10.0, "lcc_e": 30.0})["Avg"] == 20.0  # LongBench-E
+
+
 def test_summary_tables_group_jobs() -> None:
     def job(task: str, method: str) -> SimpleNamespace:
         key = f"{method}-{task}"
