@@ -470,6 +470,18 @@ def test_generated_samples_fill_the_length_and_are_cached(lm: LoadedModel, task:
     assert [s.prompt for s in fresh] == [s.prompt for s in samples]
 
 
+def test_a_cache_line_cut_by_a_kill_is_regenerated(lm: LoadedModel) -> None:
+    bench = get_benchmark("infinitebench")
+    first = list(bench.samples("passkey", SampleContext(lm=lm, length=1024, limit=2, options={})))
+    (cache,) = (Path(ib.cache_dir()) / "infinitebench" / "synthetic" / "passkey").glob("1024-*.jsonl")
+    with cache.open("a", encoding="utf-8") as handle:
+        handle.write('{"index": 2, "n"')  # a kill in the middle of a line
+    again = list(bench.samples("passkey", SampleContext(lm=lm, length=1024, limit=3, options={})))
+    assert [s.prompt for s in again[:2]] == [s.prompt for s in first]
+    lines = [json.loads(line) for line in cache.read_text().splitlines()]
+    assert [line["index"] for line in lines] == [0, 1, 2]
+
+
 def test_generation_too_short_is_a_clear_error(lm: LoadedModel) -> None:
     bench = get_benchmark("infinitebench")
     with pytest.raises(LampeEvalError, match="length 40"):

@@ -137,14 +137,20 @@ def _locked(lock_path: Path) -> Iterator[None]:
 
 
 def _read_lines(path: Path) -> list[dict[str, Any]]:
+    """The cache's valid lines; a line cut by a kill (and anything after it) is dropped from the file."""
     if not path.is_file():
         return []
+    raw = path.read_text(encoding="utf-8").splitlines()
     out: list[dict[str, Any]] = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in raw:
         try:
             out.append(json.loads(line))
-        except json.JSONDecodeError:  # a line cut by a kill: regenerate from here
+        except json.JSONDecodeError:
             break
+    if len(out) < len(raw):
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text("".join(json.dumps(line, sort_keys=True) + "\n" for line in out), encoding="utf-8")
+        tmp.replace(path)
     return out
 
 
