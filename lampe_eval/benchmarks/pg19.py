@@ -224,7 +224,8 @@ _CORPORA: dict[tuple[str, int], TokenizedCorpus] = {}
 
 def tokenized_corpus(source: str, docs: list[Document], tokenizer: Any) -> TokenizedCorpus:
     key = (source, id(tokenizer))
-    if key not in _CORPORA or _CORPORA[key].docs != docs:
+    cached = _CORPORA.get(key)
+    if cached is None or cached.tokenizer is not tokenizer or cached.docs != docs:
         _CORPORA.clear()  # one corpus at a time (a PG-19 test set is ~10M tokens)
         _CORPORA[key] = TokenizedCorpus(docs, tokenizer)
     return _CORPORA[key]

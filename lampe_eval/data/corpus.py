@@ -3,7 +3,7 @@
 The corpus is the King James Version of the Bible (1611, public domain) as shipped by the Debian package
 ``bible-kjv-text`` (4.38): its ``bible`` command (package ``bible-kjv``) prints the text. We split it into its
 66 books (Genesis ... Revelation); each :class:`Book` is one of them, with its chapters and numbered verses
-laid out as plain text. 23 books are longer than 16K tokens of a Llama-style tokenizer (Psalms ~60K).
+laid out as plain text. 24 books are longer than 16K SmolLM2 tokens (Psalms: 60K).
 
 ``make setup`` installs it (``apt-get install -y bible-kjv`` as root). Hub datasets such as PG-19 itself are
 loaded elsewhere (``lampe_eval.benchmarks.pg19``) for users with hub access.
