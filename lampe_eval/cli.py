@@ -216,7 +216,7 @@ def run_command(
             job.benchmark,
             job.task,
             format_length(job.length),
-            ", ".join(f"{k}={v:.2f}" for k, v in list(scores.items())[:4]) or "-",
+            ", ".join(f"{k}={v:.2f}" for k, v in list(scores.items())[:2]) or "-",
         )
     console.print(table)
     from .benchmarks.summaries import summary_tables  # LongBench categories, L-Eval average

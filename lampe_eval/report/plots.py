@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -52,6 +53,7 @@ def plot_by_length(scores: Sequence[TaskScore], benchmark: str, path: Path) -> P
                 cells[(s.variant, s.length)][s.task] = s
         tasks = sorted({t for per in cells.values() for t in per})
         lengths = sorted({n for _, n in cells})
+        top = 0.0
         for variant in method_order({v for v, _ in cells}):
             xs, ys = [], []
             for n in lengths:
@@ -59,6 +61,7 @@ def plot_by_length(scores: Sequence[TaskScore], benchmark: str, path: Path) -> P
                 if value is not None and math.isfinite(value):
                     xs.append(n)
                     ys.append(value)
+            top = max([top, *ys])
             if xs:
                 style = {"linewidth": 2.5, "color": "black"} if variant.method == "lampe" else {}
                 ax.plot(xs, ys, marker="o", label=labels[variant], **style)
@@ -67,10 +70,15 @@ def plot_by_length(scores: Sequence[TaskScore], benchmark: str, path: Path) -> P
         ax.minorticks_off()
         if metric.startswith("ppl"):
             ax.set_yscale("log")
-            ax.axhline(SATURATION, color="grey", linestyle=":", linewidth=1)
+            plain = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}")
+            ax.yaxis.set_major_formatter(plain)
+            ax.yaxis.set_minor_formatter(plain)
+            if top > SATURATION / 2:  # the paper's ">10^2" line, when the curves get near it
+                ax.axhline(SATURATION, color="grey", linestyle=":", linewidth=1)
         ax.set_title(f"{benchmark} | {model}")
         ax.set_xlabel("context length (tokens)")
-        ax.set_ylabel(metric if len(tasks) == 1 else f"mean {metric} ({len(tasks)} tasks)")
+        what = metric if len(tasks) == 1 else f"mean {metric} ({len(tasks)} tasks)"
+        ax.set_ylabel(f"{what}, {'higher' if higher_is_better(metric) else 'lower'} is better")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
