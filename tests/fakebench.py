@@ -20,26 +20,32 @@ from lampe_eval.models import LoadedModel, tiny_llama
 WINDOW = 64
 
 
+LOADS = [0]  # models loaded by this process (a worker should load each model once)
+
+
 def load_tiny(name: str) -> LoadedModel:
     """The ``load=`` hook: any model name gives a tiny random Llama with a 64-token window."""
+    LOADS[0] += 1
     return LoadedModel(
         name=name,
         model=tiny_llama(window=WINDOW, seed=len(name)),
         tokenizer=None,
         pretraining_window=WINDOW,
         chat_template=False,
-        extra={"pid": os.getpid()},
+        extra={"loads": LOADS[0]},
     )
 
 
 def load_stub(name: str) -> LoadedModel:
     """A cheaper ``load=`` hook for ``rope`` only jobs: no transformers model (fast process start)."""
+    LOADS[0] += 1
     return LoadedModel(
         name=name,
         model=torch.nn.Linear(1, 1),
         tokenizer=None,
         pretraining_window=WINDOW,
         chat_template=False,
+        extra={"loads": LOADS[0]},
     )
 
 
@@ -76,6 +82,7 @@ class FakeBenchmark(Benchmark):
             "prompt_tokens": tokens,
             "logit_mean": logit_mean,
             "pid": os.getpid(),
+            "loads": lm.extra.get("loads"),
         }
 
     def score(self, sample: Sample, output: dict[str, Any]) -> dict[str, float]:

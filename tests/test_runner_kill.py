@@ -87,6 +87,11 @@ def finish_and_check(out: Path, workers: int, kills: int) -> None:
     assert set(keys) == expected_keys(), "lost samples"
     torn = len(lines(out)) - len(keys)
     assert torn <= kills  # at most one torn line per kill, skipped by readers
+    computed = int(stdout.split()[1])
+    final = [json.loads(line) for line in lines(out)[-computed:]] if computed else []
+    assert all(r["output"]["loads"] == 1 for r in final)  # each worker loaded its model once
+    if workers > 1 and computed >= 4:
+        assert len({r["worker"] for r in final}) == workers  # both workers pulled from the queue
 
 
 def test_sigkill_and_ctrl_c_inline_worker_then_resume(tmp_path):
