@@ -67,7 +67,7 @@ class RunProgress:
 
     def log(self, message: str) -> None:
         """A line above the bars (printed also without bars, e.g. in CI logs)."""
-        self.progress.console.print(message, highlight=False, markup=False)
+        self.progress.console.print(message, highlight=False, markup=False, soft_wrap=True)
 
     def __call__(self, event: Event) -> None:
         kind = event["event"]
