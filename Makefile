@@ -67,13 +67,13 @@ table-ppl: setup
 
 table1-smoke: setup
 	$(call RUN,table1-smoke)
-	$(call REPORT,table1-smoke,table1,--as-model smollm2-135m)
+	$(call REPORT,table1-smoke,table1,--as-model smollm2-135m --as-length 2k)
 table2-smoke: setup
 	$(call RUN,table2-smoke)
-	$(call REPORT,table2-smoke,table2,--as-model smollm2-135m)
+	$(call REPORT,table2-smoke,table2,--as-model smollm2-135m --as-length 2k)
 table-ruler-smoke: setup
 	$(call RUN,table-ruler-smoke)
-	$(call REPORT,table-ruler-smoke,ruler,--as-model smollm2-135m)
+	$(call REPORT,table-ruler-smoke,ruler,--as-model smollm2-135m --as-length 2k)
 table-ppl-smoke: setup
 	$(call RUN,table-ppl-smoke)
 	$(call REPORT,table-ppl-smoke,ppl,--as-model smollm2-135m)

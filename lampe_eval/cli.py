@@ -277,6 +277,9 @@ def report_command(
     as_model: str | None = typer.Option(
         None, "--as-model", help="Compare this model's results with every paper block (smoke runs)."
     ),
+    as_length: str | None = typer.Option(
+        None, "--as-length", help="Compare our results at this length with every paper length (smoke runs)."
+    ),
     plots: bool = typer.Option(True, "--plots/--no-plots", help="Write the PNG plots."),
     buckets: str | None = typer.Option(
         None, "--buckets", help="Input-length bucket edges for the bucket plot, e.g. 4k (default: window)."
@@ -301,6 +304,7 @@ def report_command(
             formats=formats,
             papers=split_list(paper),
             as_model=as_model,
+            as_length=parse_lengths(as_length)[0] if as_length else None,
             plots=plots,
             bucket_edges=parse_lengths(buckets) if buckets else None,
         )

@@ -183,6 +183,10 @@ def test_paper_comparison_puts_ours_next_to_the_paper_with_the_difference(store)
     # --as-model: compare another model's results with every block (the smoke runs)
     other = compare(spec, task_scores(load_records([store])), as_model="llama3-8b-instruct")
     assert dict(other[0].table.rows)["+ DCA"][0].value == pytest.approx(8.5)
+    # --as-length: our results at one length against every column (smoke runs at short lengths)
+    short = compare(spec, task_scores(load_records([store])), as_model="llama3-8b-instruct", as_length=8192)
+    assert [c.value for c in dict(short[1].table.rows)["+ DCA"][:3]] == pytest.approx([7.5, 7.5, 7.5])
+    assert "(ours: llama3-8b-instruct at 8k)" in short[1].table.title
 
 
 # Averages the paper prints that differ from the mean of its own task scores (by more than rounding);

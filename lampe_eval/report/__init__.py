@@ -42,6 +42,7 @@ def build_report(
     formats: Sequence[str] = ("md",),
     papers: Sequence[str] = (),
     as_model: str | None = None,
+    as_length: int | None = None,
     plots: bool = True,
     bucket_edges: Sequence[int] | None = None,
 ) -> Report:
@@ -61,7 +62,7 @@ def build_report(
     paper_text: list[str] = []
     for name in papers:
         spec = load_paper_table(name)
-        comparisons = compare(spec, scores, as_model=as_model)
+        comparisons = compare(spec, scores, as_model=as_model, as_length=as_length)
         ptables = [c.table for c in comparisons]
         report.paper_tables.extend(ptables)
         for fmt in formats:

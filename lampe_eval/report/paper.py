@@ -116,8 +116,17 @@ def _pick_variant(
     return None, ""
 
 
-def compare(spec: dict[str, Any], scores: list[TaskScore], as_model: str | None = None) -> list[Comparison]:
-    """One comparison table per block of the paper table."""
+def compare(
+    spec: dict[str, Any],
+    scores: list[TaskScore],
+    as_model: str | None = None,
+    as_length: int | None = None,
+) -> list[Comparison]:
+    """One comparison table per block of the paper table.
+
+    ``as_model`` / ``as_length``: read every block's results from this model / at this length instead
+    (smoke runs of the pipeline on a small model at a short length).
+    """
     index: dict[tuple[str, Variant, str, str, int], TaskScore] = {
         (s.model, s.variant, s.benchmark, s.task, s.length): s for s in scores
     }
@@ -145,7 +154,7 @@ def compare(spec: dict[str, Any], scores: list[TaskScore], as_model: str | None 
                     parts = [ours_by_label.get(label) for label in column["average"]]
                     ours = _average(parts, metric)
                 else:
-                    length = parse_length(column.get("length") or row.get("length"))
+                    length = as_length or parse_length(column.get("length") or row.get("length"))
                     ours = _column_value(index, model, variant, column, length, metric)
                 ours_by_label[column["label"]] = ours
                 paper = paper_value(raw)
@@ -171,8 +180,9 @@ def compare(spec: dict[str, Any], scores: list[TaskScore], as_model: str | None 
         title = f"{spec.get('title', spec['name'])} | {block['model']}"
         if block.get("label"):
             title += f" | {block['label']}"
-        if as_model:
-            title += f" (ours: {as_model})"
+        if as_model or as_length:
+            ours_at = " at ".join(x for x in (as_model, as_length and format_length(as_length)) if x)
+            title += f" (ours: {ours_at})"
         table = Table(
             key=slug("paper", spec["name"], block["model"], str(block.get("label", ""))),
             title=title,
