@@ -100,6 +100,8 @@ def make_handles(
 
         return list(ray_handles(config, store, address=ray_address, workers=workers, init_kwargs=ray_init))
     device = config.device
+    if config.load is not None and workers is None and gpus is None:
+        return [InlineHandle(config, store)]  # a custom loader (tests, notebooks) runs here unless asked
     if gpus is None:
         gpus = visible_gpus() if device in (None, "cuda") else []
     if len(gpus) > 1:
@@ -146,7 +148,8 @@ def execute(
     Workers: one inline worker by default (CPU, or one GPU); one spawned process per GPU when
     several are visible (or listed in ``gpus``); ``workers`` CPU processes when asked; Ray actors
     with ``use_ray``/``ray_address``. ``load`` replaces :func:`~lampe_eval.models.load_model`
-    (tests; must be a module-level function for process and Ray workers).
+    (tests, notebooks): it runs inline unless ``workers``/``gpus`` ask for processes, and then must be
+    a module-level function (it is pickled).
     """
     config = WorkerConfig(
         device=device,
