@@ -336,7 +336,9 @@ def plot(report: FitReport, path: Path) -> Path:
         left.scatter([best.m], [best.ppl], s=90, facecolors="none", edgecolors="black", zorder=3)
     left.set_xlabel("mapping length m (tokens)")
     left.set_ylabel("PPL")
-    left.set_yscale("log")
+    ppls = [p.ppl for p in report.points if math.isfinite(p.ppl)]
+    if ppls and max(ppls) > 3 * min(ppls):  # exploding curves: log scale; else plain ticks
+        left.set_yscale("log")
     left.set_title(f"{report.model}: PPL vs mapping length")
     left.legend(fontsize=8)
     ls = np.array(sorted(report.optimal))
