@@ -83,6 +83,7 @@ class FakeBenchmark(Benchmark):
             "logit_mean": logit_mean,
             "pid": os.getpid(),
             "loads": lm.extra.get("loads"),
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         }
 
     def score(self, sample: Sample, output: dict[str, Any]) -> dict[str, float]:

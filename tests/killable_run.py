@@ -1,4 +1,5 @@
-"""A slow run of the fake benchmark, for the kill/resume tests: ``python -m tests.killable_run OUT WORKERS``.
+"""A slow run of the fake benchmark, for the kill/resume tests: ``python -m tests.killable_run OUT MODE``
+(MODE: a number of CPU workers, or ``gpus`` for one worker process per pretend GPU 3 and 5).
 
 Prints ``DONE computed skipped`` when it finishes; exits 130 on Ctrl-C (like the CLI).
 """
@@ -27,10 +28,12 @@ def jobs():
 
 
 def main() -> int:
-    out, workers = sys.argv[1], int(sys.argv[2])
+    out, mode = sys.argv[1], sys.argv[2]
+    # "gpus": one worker process per (pretend) GPU, as on a multi-GPU machine; else N CPU workers
+    where = {"gpus": ["3", "5"]} if mode == "gpus" else {"workers": int(mode)}
     try:
         result = execute(
-            jobs(), ResultStore(out), load=load_stub, options={"n": SAMPLES, "delay": DELAY}, workers=workers
+            jobs(), ResultStore(out), load=load_stub, options={"n": SAMPLES, "delay": DELAY}, **where
         )
     except KeyboardInterrupt:
         print("INTERRUPTED", flush=True)

@@ -20,9 +20,9 @@ from tests.killable_run import SAMPLES, jobs
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def start(out: Path, workers: int) -> subprocess.Popen:
+def start(out: Path, mode: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.killable_run", str(out), str(workers)],
+        [sys.executable, "-m", "tests.killable_run", str(out), mode],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -76,8 +76,8 @@ def expected_keys() -> set[str]:
     return {job.sample_key(f"{job.task}-{i}") for job in jobs() for i in range(SAMPLES)}
 
 
-def finish_and_check(out: Path, workers: int, kills: int) -> None:
-    proc = start(out, workers)
+def finish_and_check(out: Path, mode: str, kills: int) -> None:
+    proc = start(out, mode)
     stdout, stderr = proc.communicate(timeout=180)
     assert proc.returncode == 0, stderr
     assert "DONE" in stdout and stdout.split()[-1] == "0", stdout  # no failed job
@@ -90,15 +90,17 @@ def finish_and_check(out: Path, workers: int, kills: int) -> None:
     computed = int(stdout.split()[1])
     final = [json.loads(line) for line in lines(out)[-computed:]] if computed else []
     assert all(r["output"]["loads"] == 1 for r in final)  # each worker loaded its model once
-    if workers > 1 and computed >= 4:
-        assert len({r["worker"] for r in final}) == workers  # both workers pulled from the queue
+    if mode == "gpus" and computed >= 4:
+        assert {r["worker"] for r in final} == {"gpu-3", "gpu-5"}  # both pulled from the queue
+        for r in final:  # each process saw only its own GPU
+            assert r["worker"] == f"gpu-{r['output']['cuda_visible_devices']}"
 
 
 def test_sigkill_and_ctrl_c_inline_worker_then_resume(tmp_path):
     rng = random.Random(1)
     out = tmp_path / "store"
     # 1) Ctrl-C: a clean stop with exit code 130, finished samples kept.
-    proc = start(out, 1)
+    proc = start(out, "1")
     wait_for_records(out, proc, 0)
     proc.send_signal(signal.SIGINT)
     stdout, _ = proc.communicate(timeout=60)
@@ -106,20 +108,21 @@ def test_sigkill_and_ctrl_c_inline_worker_then_resume(tmp_path):
     kept = len(parsed_keys(out))
     assert kept >= 1
     # 2) SIGKILL at a random moment after some more progress.
-    proc = start(out, 1)
+    proc = start(out, "1")
     wait_for_records(out, proc, kept)
     time.sleep(rng.uniform(0, 0.3))
     proc.kill()
     proc.wait()
     assert len(parsed_keys(out)) < len(expected_keys())
     # 3) Rerun to the end.
-    finish_and_check(out, 1, kills=2)
+    finish_and_check(out, "1", kills=2)
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
-def test_sigkill_driver_with_worker_processes_then_resume(tmp_path):
+def test_sigkill_driver_with_per_gpu_worker_processes_then_resume(tmp_path):
+    """One worker process per GPU (pretend GPUs 3 and 5 on CPU: CUDA_VISIBLE_DEVICES per process)."""
     out = tmp_path / "store"
-    proc = start(out, 2)
+    proc = start(out, "gpus")
     wait_for_records(out, proc, 2)
     workers = worker_pids(proc.pid)
     assert len(workers) == 2
@@ -130,7 +133,7 @@ def test_sigkill_driver_with_worker_processes_then_resume(tmp_path):
         assert time.monotonic() < deadline, "orphaned workers are still running"
         time.sleep(0.05)
     assert len(parsed_keys(out)) < len(expected_keys())
-    finish_and_check(out, 2, kills=1)
+    finish_and_check(out, "gpus", kills=1)
 
 
 def test_torn_last_line_is_skipped_and_the_next_record_starts_clean(tmp_path):
