@@ -146,7 +146,8 @@ def run_command(
     from .runner.worker import import_plugins
 
     try:
-        import_plugins(split_list(imports))
+        plugins = split_list(imports)
+        import_plugins(plugins)
         options = parse_key_values(opt, "--opt")
         if experiment is not None:
             from .runner.experiment import load_experiment
@@ -165,6 +166,7 @@ def run_command(
                 for job in exp.jobs
             ]
             out = out or Path(exp.out)
+            plugins += [m for m in exp.imports if m not in plugins]
             options = {**exp.options, **options}
             data_dir = data_dir or exp.data_dir
         else:
@@ -188,7 +190,7 @@ def run_command(
                     dtype=dtype,
                     data_dir=data_dir,
                     options=options,
-                    imports=split_list(imports),
+                    imports=plugins,
                     workers=workers,
                     gpus=split_list([gpus]) if gpus else None,
                     use_ray=ray,
