@@ -308,8 +308,8 @@ def test_every_fixture_task_builds_prompts_and_truncates_in_the_middle(lm: Loade
             assert sample.max_new_tokens == OFFICIAL_MAX_NEW_TOKENS[task]
             tokens = len(lm.tokenizer(sample.prompt, add_special_tokens=False)["input_ids"])
             assert tokens == sample.meta["prompt_tokens"] <= length
-            assert sample.prompt.startswith("<|im_start|>system")  # SmolLM2's chat template
-            assert sample.prompt.endswith("<|im_start|>assistant\n")
+            # the completion-style templates are fed raw: the answer cue ends the prompt
+            assert not sample.prompt.startswith("<|im_start|>") and sample.meta["chat_template"] is False
     long_sample = list(
         bench.samples("longbook_qa_eng", SampleContext(lm=lm, length=length, options={"fixture": True}))
     )[1]
@@ -325,6 +325,19 @@ def test_every_fixture_task_builds_prompts_and_truncates_in_the_middle(lm: Loade
 
 def test_chat_template_off_and_gpt4_templates(lm: LoadedModel) -> None:
     bench = get_benchmark("infinitebench")
+    # defaults: the chat-style gpt4 family goes through the chat template, the completion-style one does not
+    gpt4 = next(
+        iter(
+            bench.samples(
+                "passkey", SampleContext(lm=lm, length=4096, options={"fixture": True, "template": "gpt4"})
+            )
+        )
+    )
+    assert gpt4.prompt.startswith("<|im_start|>system") and gpt4.prompt.endswith("<|im_start|>assistant\n")
+    raw = next(iter(bench.samples("passkey", SampleContext(lm=lm, length=4096, options={"fixture": True}))))
+    assert raw.prompt.rstrip().endswith("The pass key is") and raw.meta["chat_template"] is False
+    chat = SampleContext(lm=lm, length=4096, options={"fixture": True, "chat_template": "true"})
+    assert next(iter(bench.samples("passkey", chat))).prompt.startswith("<|im_start|>system")
     ctx = SampleContext(
         lm=lm, length=4096, options={"fixture": True, "chat_template": False, "template": "gpt4"}
     )

@@ -2,9 +2,13 @@
 set (En.MC, En.QA, En.Sum, Code.Debug, Retrieve.KV, Retrieve.Number, Retrieve.PassKey).
 
 Prompt: the task's official template (``tasks/infinitebench/infinitebench.yaml``; the ``yarn_mistral``
-family, the one the official scripts use for open models, or ``--opt template=gpt4``) filled with the record,
-then the model's chat template (the LaMPE paper evaluates Llama-3 / Llama-3.1 instruct models with their chat
-templates; ``--opt chat_template=false`` feeds the raw template as the official open-model scripts do).
+family, the one the official scripts use for open models, or ``--opt template=gpt4``) filled with the record.
+The completion-style ``yarn_mistral`` family is fed as raw text, as the official open-model scripts and the
+LaMPE authors' own InfiniteBench script (``scar-on/LaMPE`` ``InfiniteBench/src/test_infbench_llama_cw.py``)
+do: its answer cue ("The pass key is") must end the text the model continues, and inside a chat user turn
+an instruct model restates it and overruns the tiny budgets (6 tokens for passkey, 5 for Code.Debug). The
+chat-style ``gpt4`` family goes through the model's chat template. ``--opt chat_template=true|false``
+overrides either default.
 
 Truncation: when the prompt as fed to the model is longer than the job's length L (``--len``), the filled
 template is cut in the middle -- the first and the last half of its token budget are kept, decoded and
@@ -21,7 +25,10 @@ Data, first that applies (recorded in ``sample.meta["data_source"]``, the key Lo
   (``source=dir``);
 * passkey, number_string, kv_retrieval: generated locally with the official recipe, sized to L with the
   model's tokenizer, seeded (``--seed``) and cached under ``$LAMPE_EVAL_CACHE/infinitebench/synthetic``
-  (``source=generate``);
+  (``source=generate``). The needle then always lies inside L. This is *not* the paper's protocol: the
+  LaMPE authors cut the official ~128K-token files in the middle to L, which drops the needles of the middle
+  depths (at 32K only the 16 of 59 outer depths survive, hence the paper's 27.12 = 16/59 for PassKey and
+  Number); ``--opt source=hub`` (or ``--data-dir``) reproduces that, and ``experiments/table2.yaml`` uses it;
 * otherwise the Hub dataset ``xinrongzhang2022/InfiniteBench`` through ``datasets`` (``source=hub``,
   ``--opt dataset=ID`` for a copy); offline this fails with one line that says what to pass instead.
 
@@ -309,7 +316,8 @@ class InfiniteBench(Benchmark):
         options = ctx.options or {}
         family = str(options.get("template", self.config.default_template))
         template = self.config.template(family, task)
-        builder = PromptBuilder(ctx.lm, ctx.length, _flag(options, "chat_template", True))
+        chat_default = family != "yarn_mistral"  # completion-style templates are fed raw (module doc)
+        builder = PromptBuilder(ctx.lm, ctx.length, _flag(options, "chat_template", chat_default))
         max_new = int(options.get("max_new_tokens", spec.max_new_tokens))
         base_meta = {
             "label": spec.label,
