@@ -14,10 +14,18 @@ from typer.testing import CliRunner
 
 import tests.fakebench  # noqa: F401  (registers "fake")
 from lampe_eval.cli import app
+from lampe_eval.errors import LampeEvalError
 from lampe_eval.report import LEADERBOARD_COLUMNS, build_report
 from lampe_eval.report.data import load_records, task_scores, variant_labels
 from lampe_eval.report.leaderboard import leaderboard_rows
-from lampe_eval.report.paper import compare, load_paper_table, paper_table_names, paper_value, required_jobs
+from lampe_eval.report.paper import (
+    compare,
+    load_paper_table,
+    paper_table_names,
+    paper_value,
+    required_jobs,
+    validate_spec,
+)
 from lampe_eval.report.tables import generic_tables, to_csv, to_latex, to_markdown
 from lampe_eval.runner.store import ResultStore
 
@@ -241,6 +249,14 @@ def test_paper_tables_are_consistent():
         mismatches |= paper_average_mismatches(name)
     # the transcription reproduces the paper's averages, except the paper's own typos
     assert mismatches == PAPER_AVERAGE_TYPOS
+    # RoPE inside the window runs at the official per-benchmark budgets (LongBench 3500, L-Eval 4000)
+    table1 = required_jobs(load_paper_table("table1"))
+    assert ("llama2-7b-chat", "rope", "longbench", "qasper", 3500) in table1
+    assert ("llama2-7b-chat", "rope", "leval", "coursera", 4000) in table1
+    spec = load_paper_table("table1")
+    spec["blocks"][0]["rows"][0]["length"] = {"longbench": 3500}  # no L-Eval length
+    with pytest.raises(LampeEvalError, match="needs a length for leval"):
+        validate_spec(spec, "table1")
 
 
 def expand_experiment(path: Path) -> set[tuple[str, str, str, str, int]]:

@@ -16,7 +16,9 @@ The paper's tables are transcribed in ``paper_tables/<name>.yaml``::
         label: "32K"                 # optional, for the title
         rows:
           - {label: "+ SelfExtend(16K)", method: selfextend, length: 16k, values: [27.30, ...]}
+          - {label: "Llama2-7B-Chat", method: rope, length: {longbench: 3500, leval: 4000}, values: [...]}
 
+A row's ``length`` may name one length per benchmark (the official budgets differ between benchmarks).
 Paper values are numbers, ``">1e2"`` (the paper's ">10^2": saturated, no difference computed) or
 ``null`` (not reported). A row may pin ``params`` (the variant's explicit parameters); otherwise the
 variant run without explicit parameters is used.
@@ -76,8 +78,17 @@ def validate_spec(spec: dict[str, Any], where: str) -> None:
                     f"{where}: row {row['label']!r} of {block['model']} has {len(row['values'])} values "
                     f"for {len(columns)} columns"
                 )
-            if row.get("length") is None and any("length" not in c and "tasks" in c for c in columns):
-                raise LampeEvalError(f"{where}: row {row['label']!r} needs a length")
+            for column in columns:
+                if "tasks" in column and cell_length_text(row, column) is None:
+                    raise LampeEvalError(
+                        f"{where}: row {row['label']!r} needs a length for {column['benchmark']}"
+                    )
+
+
+def cell_length_text(row: dict[str, Any], column: dict[str, Any]) -> Any:
+    """The length of a (row, column) cell as written: the column's, else the row's (per benchmark)."""
+    raw = column.get("length") or row.get("length")
+    return raw.get(column["benchmark"]) if isinstance(raw, dict) else raw
 
 
 def paper_value(raw: Any) -> float | None:
@@ -154,7 +165,7 @@ def compare(
                     parts = [ours_by_label.get(label) for label in column["average"]]
                     ours = _average(parts, metric)
                 else:
-                    length = as_length or parse_length(column.get("length") or row.get("length"))
+                    length = as_length or parse_length(cell_length_text(row, column))
                     ours = _column_value(index, model, variant, column, length, metric)
                 ours_by_label[column["label"]] = ours
                 paper = paper_value(raw)
@@ -267,7 +278,7 @@ def required_jobs(spec: dict[str, Any]) -> list[tuple[str, str, str, str, int]]:
             for column in spec["columns"]:
                 if "average" in column:
                     continue
-                length = parse_length(column.get("length") or row.get("length"))
+                length = parse_length(cell_length_text(row, column))
                 for task in column["tasks"]:
                     out.append((block["model"], row["method"], column["benchmark"], task, length))
     return sorted(set(out))
