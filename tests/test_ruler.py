@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from pathlib import Path
@@ -339,3 +340,31 @@ def test_cache_file_name_has_the_identity(lm: LoadedModel) -> None:
     name = data.cache_path.name
     assert name.startswith("4096-smollm2-135m-") and "-seed3-" in name and name.endswith(".jsonl")
     assert data.cache_path.parent.name == "fwe"
+
+
+def test_cache_lines_may_hold_unicode_line_separators(tmp_path: Path) -> None:
+    from lampe_eval.benchmarks.ruler.benchmark import _read_lines
+
+    lines = [{"index": i, "prompt": f"doc {i}\u2028line\u0085next"} for i in range(3)]
+    path = tmp_path / "cache.jsonl"
+    text = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines)
+    path.write_text(text, encoding="utf-8")
+    assert _read_lines(path) == lines
+    assert path.read_text(encoding="utf-8") == text  # nothing was cut
+    path.write_text(text + '{"index": 3, "pro', encoding="utf-8")  # a torn tail is still cut off
+    assert _read_lines(path) == lines and path.read_text(encoding="utf-8") == text
+
+
+def test_variable_names_are_never_the_keyword() -> None:
+    import random
+
+    from lampe_eval.benchmarks.ruler.generators import _random_name
+
+    class Scripted(random.Random):
+        """Draws V, A, R first, then B, C, D."""
+
+        def choices(self, population, k=1, **_):  # type: ignore[override]
+            self.calls = getattr(self, "calls", 0) + 1
+            return list("VAR" if self.calls == 1 else "BCD")
+
+    assert _random_name(Scripted(0), 3) == "BCD"

@@ -224,7 +224,9 @@ def _read_lines(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     lines: list[dict[str, Any]] = []
-    raw = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    # split on "\n" only: str.splitlines() also breaks at U+2028 etc., which QA documents contain unescaped
+    raw = path.read_text(encoding="utf-8").split("\n")
+    raw = [text + "\n" for text in raw[:-1]] + ([raw[-1]] if raw[-1] else [])
     good = 0
     for text in raw:
         try:

@@ -194,7 +194,10 @@ class NiahGenerator(Generator):
 
 
 def _random_name(rng: random.Random, length: int) -> str:
-    return "".join(rng.choices(string.ascii_uppercase, k=length))
+    while True:
+        name = "".join(rng.choices(string.ascii_uppercase, k=length))
+        if name != "VAR":  # the statements' keyword: renaming a "VAR" name would rewrite every statement
+            return name
 
 
 @dataclass
