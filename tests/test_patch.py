@@ -102,6 +102,25 @@ def test_padded_batches_are_refused(model, ids):
         model(ids.repeat(2, 1), attention_mask=mask)
 
 
+def test_pre_allocated_caches_are_refused(model, ids):
+    """A StaticCache hands back max_cache_len keys: the method would see the wrong length l."""
+    from transformers import StaticCache
+
+    cache = StaticCache(config=model.config, max_cache_len=400)
+    with (
+        apply_method(model, create_method("lampe", WINDOW, 150)),
+        pytest.raises(LampeEvalError, match="dynamic KV cache"),
+    ):
+        model(ids, past_key_values=cache, use_cache=True)
+
+
+def test_sliding_window_models_are_refused():
+    mistral = tiny_llama(window=WINDOW, layers=1, heads=4, kv_heads=2, head_dim=16, model_type="mistral")
+    mistral.config.sliding_window = 32
+    with pytest.raises(UnsupportedModelError, match="sliding-window"):
+        apply_method(mistral, create_method("lampe", WINDOW, 150))
+
+
 def test_unsupported_architecture_is_a_clear_error():
     from transformers import GPT2Config, GPT2LMHeadModel
 

@@ -34,7 +34,10 @@ class PatchState:
     _plan: AttentionPlan | None = field(default=None, repr=False)
 
     def plan_for(self, q_start: int, kv_len: int) -> AttentionPlan:
-        if q_start == 0:  # a new sequence: its prompt length is the context length
+        # A pass from position 0 is a new sequence: its length is the prompt length l. Without a KV cache
+        # every generation step starts at 0, so l follows the growing sequence (LaMPE then behaves as
+        # remap_each_step=True); with a cache l stays frozen at the prompt length.
+        if q_start == 0:
             self.context_length = kv_len
         context = self.context_length if self.context_length is not None else kv_len
         key = (context, kv_len)
@@ -155,6 +158,11 @@ def _make_forward(state: PatchState):
         if past_key_values is not None:
             q_start = past_key_values.get_seq_length(self.layer_idx)
             key, value = past_key_values.update(key, value, self.layer_idx)  # un-rotated keys
+            if key.shape[2] != q_start + n:  # a pre-allocated (static) cache: its length is not l
+                raise LampeEvalError(
+                    f"patched attention needs a dynamic KV cache; {type(past_key_values).__name__} "
+                    f"returned {key.shape[2]} keys for {q_start + n} positions (use the default DynamicCache)"
+                )
         plan = state.plan_for(q_start, key.shape[2])
         out = segmented_attention(query, key, value, plan, q_start, self.scaling)
         out = out.transpose(1, 2).reshape(batch, n, -1)
