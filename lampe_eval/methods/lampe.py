@@ -40,14 +40,15 @@ def lampe_segments(l: int, m: int, s1: int, s2: int) -> list[Segment]:
     """The three segments for context length l and mapping length m (plain RoPE when m >= l)."""
     if m >= l:
         return [Segment("rope", Band(0))]
-    k = (m - s1 - s2) / (l - s1 - s2)
-    bias = s1 * (1.0 - k)
+    # k = num / den; the floors are taken in exact integer arithmetic (float64 is one off at some 64K
+    # positions): floor(k*i + s1*(1 - k)) = (num*i + s1*(l - m)) // den, floor(k*j) = (num*j) // den
+    num, den = m - s1 - s2, l - s1 - s2
 
     def middle_q(i: torch.Tensor) -> torch.Tensor:
-        return torch.floor(i.double() * k + bias).float()
+        return torch.div(i.long() * num + s1 * (l - m), den, rounding_mode="floor").float()
 
     def middle_k(j: torch.Tensor) -> torch.Tensor:
-        return torch.floor(j.double() * k).float()
+        return torch.div(j.long() * num, den, rounding_mode="floor").float()
 
     def tail_q(i: torch.Tensor) -> torch.Tensor:
         return (i + (m - l)).float()
