@@ -40,8 +40,9 @@ class DualChunk(PositionMethod):
     def validate(self) -> None:
         if not 0 < self.local_window <= self.chunk_size:
             raise LampeEvalError("dca: need 0 < local_window <= chunk_size")
-        if self.max_position < self.chunk_size:
-            raise LampeEvalError("dca: max_position must be >= chunk_size")
+        if self.max_position < self.chunk_size + self.local_window - 1:
+            # the successive region reaches chunk_size + local_window - 1: it must stay within max_position
+            raise LampeEvalError("dca: need max_position >= chunk_size + local_window - 1")
 
     def segments(self, base: RopeBase, context_length: int, kv_len: int) -> list[Segment]:
         s, w, cap = self.chunk_size, self.local_window, self.max_position
