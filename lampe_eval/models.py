@@ -171,11 +171,13 @@ def _load_hf(source: str, dtype: torch.dtype, device: str) -> tuple[Any, Any]:
 
 
 def window_from_config(config: Any) -> int:
-    """The pretraining window: the original context when the config carries rope scaling, else
-    ``max_position_embeddings``."""
+    """The pretraining window: the original context when the config carries an inference-time rope
+    scaling (YaRN, dynamic, ...), else ``max_position_embeddings``. Llama-3.1's "llama3" scaling is part
+    of its long-context training (to 128K), so its window is ``max_position_embeddings``."""
     rope = getattr(config, "rope_parameters", None) or {}
-    original = rope.get("original_max_position_embeddings") if isinstance(rope, dict) else None
-    return int(original or config.max_position_embeddings)
+    if not isinstance(rope, dict) or rope.get("rope_type") == "llama3":
+        return int(config.max_position_embeddings)
+    return int(rope.get("original_max_position_embeddings") or config.max_position_embeddings)
 
 
 def resolve_source(name: str) -> tuple[str, ModelPreset | None]:

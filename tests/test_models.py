@@ -29,6 +29,17 @@ def test_window_from_config_prefers_original_window():
         "rope_theta": 1e4,
     }
     assert window_from_config(model.config) == 128
+    # Llama-3.1: trained to 128K with its llama3 scaling; the original 8K is not its window
+    model.config.max_position_embeddings = 131072
+    model.config.rope_parameters = {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+        "rope_theta": 5e5,
+    }
+    assert window_from_config(model.config) == 131072
 
 
 def test_embedded_gguf_is_found_through_the_package():
