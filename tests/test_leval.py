@@ -234,3 +234,13 @@ def test_missing_data_and_data_dir(lm: LoadedModel, tmp_path: Path) -> None:
     (folder / "tpo.jsonl").write_text(json.dumps(record) + "\n")
     (sample,) = list(bench.samples("tpo", SampleContext(lm=lm, length=4096, data_dir=str(tmp_path))))
     assert sample.meta["data_source"] == f"file:{folder / 'tpo.jsonl'}"
+
+
+def test_documents_with_braces_are_substituted_verbatim(lm: LoadedModel, tmp_path: Path) -> None:
+    bench = get_benchmark("leval")
+    document = "code: def f(x): return {x: 1} # {instruction} {document}"
+    record = {"instructions": ["What does f return?"], "outputs": ["A"], "input": document}
+    (tmp_path / "tpo.jsonl").write_text(json.dumps(record) + "\n")
+    (sample,) = bench.samples("tpo", SampleContext(lm=lm, length=4096, data_dir=str(tmp_path)))
+    assert document in sample.prompt  # neither placeholder inside the document was filled
+    assert sample.prompt.count("What does f return?") == 1

@@ -20,9 +20,6 @@ is one sample. Per sample, as the official baselines and ``Evaluation/auto_eval.
    template); the prediction is ``loyalty + " [fact: " + fact + "]"``.
 4. Answer extraction and exact match (``auto_eval.py`` / ``em.py``), task score = 100 x mean;
    sci_fi = (loyalty + fact) / 2.
-
-Deviation: the official script fills its template with ``str.format`` and, when the document holds
-braces, silently sends the unfilled template; we always substitute the document and question.
 """
 
 from __future__ import annotations
@@ -36,6 +33,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import jinja2
 import yaml
 
 from ..errors import LampeEvalError, MissingDataError
@@ -281,10 +279,15 @@ def render_prompt(lm: LoadedModel, system: str, user: str, prompt: PromptSpec, s
         messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
         try:
             text = lm.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        except Exception:  # noqa: BLE001 - templates without a system role raise; fold it into the user turn
+        except jinja2.TemplateError:  # templates without a system role raise: fold it into the user turn
             text = lm.format_prompt(system + user)
         return text + prompt.answer_prefix
     return system + user + prompt.answer_prefix
+
+
+def fill_user(template: str, **fields: str) -> str:
+    """Fill ``{document}`` and ``{instruction}`` in one pass: braces inside the document stay as they are."""
+    return re.sub(r"\{(document|instruction)\}", lambda m: fields[m.group(1)], template)
 
 
 def fact_question(instruction: str, config: LEvalConfig) -> str:
@@ -369,7 +372,7 @@ class LEval(Benchmark):
             ):
                 if ctx.limit is not None and produced >= ctx.limit:
                     return
-                user = prompt_spec.user.replace("{document}", document).replace("{instruction}", instruction)
+                user = fill_user(prompt_spec.user, document=document, instruction=instruction)
                 meta: dict[str, Any] = {
                     "document": doc_index,
                     "question": q_index,
