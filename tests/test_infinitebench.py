@@ -519,3 +519,18 @@ def test_end_to_end_passkey_with_the_real_model(smollm2: LoadedModel, tmp_path: 
         isinstance(record["output"]["prediction"], str) and record["meta"]["data_source"] == "generated:seed0"
     )
     assert set(summaries[job.key()]) == {"accuracy"}
+
+
+def test_limit_takes_a_seeded_spread_of_sorted_official_files() -> None:
+    from lampe_eval.benchmarks.infinitebench.benchmark import limited
+    from lampe_eval.benchmarks.infinitebench.data import normalize_record
+
+    # passkey files are sorted by needle depth: the first 5 would all be depth 0
+    records = [normalize_record({"id": i, "context": "", "input": "", "answer": "1"}, i) for i in range(59)]
+    five = limited(records, 5, "passkey:0", shuffle=True)
+    ids = [int(r.id) for r in five]
+    assert len(ids) == 5 and ids != [0, 1, 2, 3, 4] and ids == sorted(ids)  # file order kept
+    assert max(ids) > 20  # spread over the file
+    assert {r.id for r in five} <= {r.id for r in limited(records, 9, "passkey:0", shuffle=True)}
+    assert [r.id for r in limited(records, 5, "passkey:0", shuffle=False)] == ["0", "1", "2", "3", "4"]
+    assert limited(records, 100, "passkey:0", shuffle=True) == records

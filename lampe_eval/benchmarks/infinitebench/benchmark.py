@@ -32,6 +32,9 @@ Data, first that applies (recorded in ``sample.meta["data_source"]``, the key Lo
 * otherwise the Hub dataset ``xinrongzhang2022/InfiniteBench`` through ``datasets`` (``source=hub``,
   ``--opt dataset=ID`` for a copy); offline this fails with one line that says what to pass instead.
 
+``--limit N`` on the official files takes N records spread over the file by a seeded permutation (the files
+are sorted by needle depth), on the fixture the first N, on generated tasks samples 0..N-1.
+
 Scores: the official scorers (``scoring.py``) x 100, mean over samples.
 
 Options (``--opt key=value``): ``template``, ``chat_template``, ``fixture``, ``source`` (auto, fixture, dir,
@@ -46,6 +49,7 @@ import fcntl
 import hashlib
 import json
 import logging
+import random
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -130,6 +134,18 @@ class PromptBuilder:
                 return prompt, {**meta, "truncated": True, "prompt_tokens": tokens, "kept_text_tokens": keep}
             keep -= tokens - self.length
         raise LampeEvalError(f"could not truncate the prompt to {self.length} tokens")
+
+
+def limited(records: list[Record], limit: int, seed: str, *, shuffle: bool) -> list[Record]:
+    """``limit`` records. The official files are sorted (passkey and number_string by needle depth), so
+    the first N would all be depth 0: take the first N of a seeded permutation instead. That is
+    representative, and a larger ``--limit`` keeps every record of a smaller one (finished samples are
+    reused)."""
+    if not shuffle or limit >= len(records):
+        return records[:limit]
+    order = list(range(len(records)))
+    random.Random(seed).shuffle(order)
+    return [records[i] for i in sorted(order[:limit])]
 
 
 @contextlib.contextmanager
@@ -331,7 +347,7 @@ class InfiniteBench(Benchmark):
             return
         label, records = self.records(task, source, ctx)
         if ctx.limit is not None:
-            records = records[: ctx.limit]
+            records = limited(records, ctx.limit, f"{task}:{ctx.seed}", shuffle=source != "fixture")
         for record in records:
             prompt, meta = builder.build(fill_template(template, task, record))
             sample_id = f"fixture-{record.id}" if source == "fixture" else record.id
