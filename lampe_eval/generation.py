@@ -10,14 +10,25 @@ import torch
 from .models import LoadedModel
 
 
+def adds_special_tokens(tokenizer: Any, prompt: str) -> bool:
+    """Whether the prompt is tokenized with special tokens: not when it already starts with the BOS token
+    (a chat template put it there), so it is never doubled."""
+    return not (tokenizer.bos_token and prompt.startswith(tokenizer.bos_token))
+
+
+def prompt_token_count(tokenizer: Any, prompt: str) -> int:
+    """Tokens of ``prompt`` exactly as :func:`greedy_generate` feeds it (benchmarks fit prompts with it)."""
+    add = adds_special_tokens(tokenizer, prompt)
+    return len(tokenizer(prompt, add_special_tokens=add, verbose=False)["input_ids"])
+
+
 @torch.inference_mode()
 def greedy_generate(
     lm: LoadedModel, prompt: str, max_new_tokens: int, stop: list[str] | None = None
 ) -> dict[str, Any]:
     """Greedy-decode ``max_new_tokens`` after ``prompt``; cut the text at the first stop string."""
     tokenizer = lm.tokenizer
-    # The prompt already carries the chat template's special tokens when it has one.
-    add_special = not (tokenizer.bos_token and prompt.startswith(tokenizer.bos_token))
+    add_special = adds_special_tokens(tokenizer, prompt)
     input_ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=add_special).input_ids
     input_ids = input_ids.to(lm.device)
     start = time.perf_counter()

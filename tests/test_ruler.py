@@ -343,16 +343,16 @@ def test_cache_file_name_has_the_identity(lm: LoadedModel) -> None:
 
 
 def test_cache_lines_may_hold_unicode_line_separators(tmp_path: Path) -> None:
-    from lampe_eval.benchmarks.ruler.benchmark import _read_lines
+    from lampe_eval.benchmarks.sample_cache import read_lines
 
     lines = [{"index": i, "prompt": f"doc {i}\u2028line\u0085next"} for i in range(3)]
     path = tmp_path / "cache.jsonl"
     text = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines)
     path.write_text(text, encoding="utf-8")
-    assert _read_lines(path) == lines
+    assert read_lines(path) == lines
     assert path.read_text(encoding="utf-8") == text  # nothing was cut
     path.write_text(text + '{"index": 3, "pro', encoding="utf-8")  # a torn tail is still cut off
-    assert _read_lines(path) == lines and path.read_text(encoding="utf-8") == text
+    assert read_lines(path) == lines and path.read_text(encoding="utf-8") == text
 
 
 def test_variable_names_are_never_the_keyword() -> None:

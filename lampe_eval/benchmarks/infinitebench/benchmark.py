@@ -44,20 +44,18 @@ generate, hub), ``dataset``, ``num_samples`` (generated tasks; default the offic
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
-import json
 import logging
 import random
 import re
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 from ...errors import LampeEvalError, MissingDataError
+from ...generation import prompt_token_count
 from ...models import LoadedModel, cache_dir
 from ..base import BENCHMARKS, Benchmark, Sample, SampleContext
+from ..sample_cache import cached_lines, tokenizer_fingerprint
 from .config import InfiniteBenchConfig, TaskSpec, load_config
 from .data import Record, fill_template, find_task_file, fixture_dir, gold, hub_records, read_jsonl
 from .scoring import score_one
@@ -66,7 +64,6 @@ from .synthetic import GENERATOR_VERSION, SyntheticTask, TooShortError, fit_size
 log = logging.getLogger(__name__)
 
 SOURCES = ("auto", "fixture", "dir", "generate", "hub")
-_FINGERPRINTS: dict[int, tuple[Any, str]] = {}
 
 
 def _flag(options: dict[str, Any], key: str, default: bool) -> bool:
@@ -74,24 +71,6 @@ def _flag(options: dict[str, Any], key: str, default: bool) -> bool:
     if isinstance(value, str):
         return value.strip().lower() not in {"0", "false", "no", "off", ""}
     return bool(value)
-
-
-def tokenizer_fingerprint(tokenizer: Any) -> str:
-    """A short content hash of a tokenizer (vocabulary, merges, normaliser, chat template, BOS)."""
-    cached = _FINGERPRINTS.get(id(tokenizer))
-    if cached is not None and cached[0] is tokenizer:
-        return cached[1]
-    h = hashlib.sha256()
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is not None:
-        h.update(backend.to_str().encode("utf-8"))
-    else:
-        h.update(json.dumps(sorted(tokenizer.get_vocab().items())).encode("utf-8"))
-    h.update(str(getattr(tokenizer, "chat_template", "") or "").encode("utf-8"))
-    h.update(str(getattr(tokenizer, "bos_token", "")).encode("utf-8"))
-    digest = h.hexdigest()[:10]
-    _FINGERPRINTS[id(tokenizer)] = (tokenizer, digest)
-    return digest
 
 
 class PromptBuilder:
@@ -109,9 +88,7 @@ class PromptBuilder:
     def count(self, prompt: str) -> int:
         """Tokens of the prompt as :func:`lampe_eval.generation.greedy_generate` feeds it (special tokens are
         added unless the prompt already starts with the BOS token, as a chat template's does)."""
-        bos = self.tokenizer.bos_token
-        add = not (bos and prompt.startswith(bos))
-        return len(self.tokenizer(prompt, add_special_tokens=add, verbose=False)["input_ids"])
+        return prompt_token_count(self.tokenizer, prompt)
 
     def build(self, text: str) -> tuple[str, dict[str, Any]]:
         """(prompt as fed, meta): the wrapped text, middle-truncated to at most ``length`` tokens."""
@@ -146,35 +123,6 @@ def limited(records: list[Record], limit: int, seed: str, *, shuffle: bool) -> l
     order = list(range(len(records)))
     random.Random(seed).shuffle(order)
     return [records[i] for i in sorted(order[:limit])]
-
-
-@contextlib.contextmanager
-def _locked(lock_path: Path) -> Iterator[None]:
-    """An exclusive lock between processes (parallel workers share the generation cache)."""
-    with lock_path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def _read_lines(path: Path) -> list[dict[str, Any]]:
-    """The cache's valid lines; a line cut by a kill (and anything after it) is dropped from the file."""
-    if not path.is_file():
-        return []
-    raw = path.read_text(encoding="utf-8").splitlines()
-    out: list[dict[str, Any]] = []
-    for line in raw:
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            break
-    if len(out) < len(raw):
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text("".join(json.dumps(line, sort_keys=True) + "\n" for line in out), encoding="utf-8")
-        tmp.replace(path)
-    return out
 
 
 class SyntheticSet:
@@ -239,23 +187,7 @@ class SyntheticSet:
         }
 
     def lines(self, count: int, use_cache: bool) -> list[dict[str, Any]]:
-        if not use_cache:
-            out: list[dict[str, Any]] = []
-            for i in range(count):
-                out.append(self.fit(i, out[0] if out else None))
-            return out
-        path = self.cache_path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with _locked(path.with_name(path.name + ".lock")):
-            lines = _read_lines(path)
-            if len(lines) < count:
-                with path.open("a", encoding="utf-8") as handle:
-                    for i in range(len(lines), count):
-                        line = self.fit(i, lines[0] if lines else None)
-                        handle.write(json.dumps(line, sort_keys=True) + "\n")
-                        handle.flush()
-                        lines.append(line)
-        return lines[:count]
+        return cached_lines(self.cache_path if use_cache else None, count, self.fit)
 
 
 @BENCHMARKS.register("infinitebench")
@@ -402,4 +334,4 @@ class InfiniteBench(Benchmark):
         return {metric: 100.0 * score_one(task, output.get("prediction"), sample.references)}
 
 
-__all__ = ["InfiniteBench", "PromptBuilder", "SyntheticSet", "tokenizer_fingerprint"]
+__all__ = ["InfiniteBench", "PromptBuilder", "SyntheticSet"]

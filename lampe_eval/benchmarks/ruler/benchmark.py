@@ -13,20 +13,18 @@ Options (``--opt key=value``): ``chat_template=false`` (RULER's ``base`` templat
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import importlib.metadata
-import json
 import logging
 import re
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 from ...errors import LampeEvalError, MissingDataError
+from ...generation import prompt_token_count
 from ...models import LoadedModel, cache_dir
 from ..base import BENCHMARKS, Benchmark, Sample, SampleContext
+from ..sample_cache import cached_lines, tokenizer_fingerprint
 from .config import TaskConfig, load_config
 from .fitting import TooShortError, fit_to_budget
 from .generators import GENERATOR_CLASSES, GenEnv, Generator
@@ -37,25 +35,6 @@ from .scoring import METRIC_FNS, postprocess
 log = logging.getLogger(__name__)
 
 GENERATOR_VERSION = 1  # bump when a change alters generated text
-_FINGERPRINTS: dict[int, tuple[Any, str]] = {}
-
-
-def tokenizer_fingerprint(tokenizer: Any) -> str:
-    """A short content hash of a tokenizer (vocabulary, merges, normaliser, chat template)."""
-    cached = _FINGERPRINTS.get(id(tokenizer))
-    if cached is not None and cached[0] is tokenizer:
-        return cached[1]
-    h = hashlib.sha256()
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is not None:
-        h.update(backend.to_str().encode("utf-8"))
-    else:
-        h.update(json.dumps(sorted(tokenizer.get_vocab().items())).encode("utf-8"))
-    h.update(str(getattr(tokenizer, "chat_template", "") or "").encode("utf-8"))
-    h.update(str(getattr(tokenizer, "bos_token", "")).encode("utf-8"))
-    digest = h.hexdigest()[:10]
-    _FINGERPRINTS[id(tokenizer)] = (tokenizer, digest)
-    return digest
 
 
 def token_counters(tokenizer: Any) -> tuple[Callable[[str], int], Callable[[str], int]]:
@@ -63,11 +42,9 @@ def token_counters(tokenizer: Any) -> tuple[Callable[[str], int], Callable[[str]
 
     The first follows :func:`lampe_eval.generation.greedy_generate`: special tokens are added unless the
     prompt already starts with the BOS token (a chat template put it there)."""
-    bos = tokenizer.bos_token
 
     def count(prompt: str) -> int:
-        add = not (bos and prompt.startswith(bos))
-        return len(tokenizer(prompt, add_special_tokens=add, verbose=False)["input_ids"])
+        return prompt_token_count(tokenizer, prompt)
 
     def count_plain(text: str) -> int:
         return len(tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
@@ -185,62 +162,7 @@ class TaskData:
         """The first ``count`` samples, read from the cache and generated (and appended) as needed."""
         if self.available is not None:
             count = min(count, self.available)
-        if not self.use_cache:
-            out: list[dict[str, Any]] = []
-            for i in range(count):
-                out.append(self.generate(i, out[0] if out else None))
-            return out
-        path = self.cache_path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with _locked(path.with_name(path.name + ".lock")):
-            lines = _read_lines(path)
-            if len(lines) < count:
-                with path.open("a", encoding="utf-8") as handle:
-                    for i in range(len(lines), count):
-                        line = self.generate(i, lines[0] if lines else None)
-                        handle.write(_dump(line) + "\n")
-                        handle.flush()
-                        lines.append(line)
-        return lines[:count]
-
-
-def _dump(line: dict[str, Any]) -> str:
-    return json.dumps(line, ensure_ascii=False, sort_keys=True)
-
-
-@contextlib.contextmanager
-def _locked(lock_path: Path) -> Iterator[None]:
-    """An exclusive lock between processes (parallel workers share the cache)."""
-    with lock_path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def _read_lines(path: Path) -> list[dict[str, Any]]:
-    """Valid leading lines of a cache file, in index order; a torn or stray tail is cut off."""
-    if not path.exists():
-        return []
-    lines: list[dict[str, Any]] = []
-    # split on "\n" only: str.splitlines() also breaks at U+2028 etc., which QA documents contain unescaped
-    raw = path.read_text(encoding="utf-8").split("\n")
-    raw = [text + "\n" for text in raw[:-1]] + ([raw[-1]] if raw[-1] else [])
-    good = 0
-    for text in raw:
-        try:
-            line = json.loads(text)
-        except json.JSONDecodeError:
-            break
-        if not text.endswith("\n") or line.get("index") != len(lines):
-            break
-        lines.append(line)
-        good += len(text.encode("utf-8"))
-    if len(lines) < len(raw):
-        with path.open("r+b") as handle:
-            handle.truncate(good)
-    return lines
+        return cached_lines(self.cache_path if self.use_cache else None, count, self.generate)
 
 
 def _sample(task: str, line: dict[str, Any]) -> Sample:
