@@ -59,25 +59,6 @@ OFFICIAL_MAX_NEW_TOKENS = {
 }
 
 
-@pytest.fixture(scope="session")
-def smollm2_tokenizer() -> Any:
-    """SmolLM2's tokenizer alone: from the fp32 cache when a model load made it, else from the GGUF."""
-    from transformers import AutoTokenizer
-
-    from lampe_eval.models import _embedded_cache, embedded_gguf_path
-
-    cached = _embedded_cache()
-    if (cached / "tokenizer_config.json").is_file():
-        return AutoTokenizer.from_pretrained(cached)
-    gguf = embedded_gguf_path()
-    return AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-
-
-@pytest.fixture(scope="session")
-def lm(smollm2_tokenizer: Any) -> LoadedModel:
-    return LoadedModel("smollm2-135m", None, smollm2_tokenizer, 8192, True)
-
-
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LAMPE_EVAL_CACHE", str(tmp_path / "cache"))

@@ -18,24 +18,6 @@ from lampe_eval.models import LoadedModel
 FIXTURES = Path(__file__).parent / "fixtures" / "leval"
 
 
-@pytest.fixture(scope="session")
-def smollm2_tokenizer() -> Any:
-    from transformers import AutoTokenizer
-
-    from lampe_eval.models import _embedded_cache, embedded_gguf_path
-
-    cached = _embedded_cache()
-    if (cached / "tokenizer_config.json").is_file():
-        return AutoTokenizer.from_pretrained(cached)
-    gguf = embedded_gguf_path()
-    return AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-
-
-@pytest.fixture(scope="session")
-def lm(smollm2_tokenizer: Any) -> LoadedModel:
-    return LoadedModel("smollm2-135m", None, smollm2_tokenizer, 8192, True)
-
-
 @pytest.fixture(autouse=True)
 def _offline(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(datafiles, "hub_reachable", lambda: False)
