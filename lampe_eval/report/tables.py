@@ -5,7 +5,8 @@ Generic tables from any results, per benchmark and model:
 - *by task*, one per length: columns are the benchmark's tasks and ``Avg.`` (the mean of the task
   headlines, like the paper's Tables 1, 2 and the RULER appendix);
 - *by length*: columns are the lengths and ``Avg.`` (the benchmark score per length, like the
-  paper's PG-19 table and the data behind Figure 4).
+  paper's PG-19 table and the data behind Figure 4); also one per secondary metric every result
+  has (PG-19's ``ppl_last_quarter``).
 
 The best value of each column is bold (highest, or lowest for perplexity).
 """
@@ -24,6 +25,8 @@ from ..lengths import format_length
 from .data import TaskScore, Variant, higher_is_better, mean, method_order, variant_labels
 
 SATURATION = 100.0  # perplexities above this print as ">10^2", as in the paper's Appendix D
+# Metrics that get their own by-length table when every result has them (PG-19: where extrapolation bites).
+SECONDARY_METRICS = ("ppl_last_quarter",)
 
 
 def format_value(value: float | None, metric: str) -> str:
@@ -164,10 +167,14 @@ def slug(*parts: str) -> str:
     return re.sub(r"[^A-Za-z0-9.]+", "-", "-".join(parts)).strip("-").lower()
 
 
-def benchmark_score(cells: dict[str, TaskScore], tasks: Sequence[str]) -> float | None:
-    """Mean of the task headlines; None unless every task has a result."""
+def benchmark_score(cells: dict[str, TaskScore], tasks: Sequence[str], metric: str = "") -> float | None:
+    """Mean of the task headlines (or of ``metric``); None unless every task has a result."""
     if not tasks or any(t not in cells for t in tasks):
         return None
+    if metric:
+        if any(metric not in cells[t].metrics for t in tasks):
+            return None
+        return mean([cells[t].metrics[metric] for t in tasks])
     return mean([cells[t].score for t in tasks])
 
 
@@ -216,24 +223,39 @@ def generic_tables(scores: Sequence[TaskScore]) -> list[Table]:
                         higher_is_better=better,
                     ).mark_best()
                 )
-        rows = []
-        for v in variants:
-            row = [Cell(benchmark_score(cells.get((v, n), {}), tasks)) for n in lengths]
-            values = [c.value for c in row]
-            row.append(Cell(lengths_average(values, metric)))
-            rows.append((labels[v], row))
-        what = metric if len(tasks) == 1 else f"mean {metric} over {len(tasks)} tasks"
-        tables.append(
-            Table(
-                key=slug(benchmark, model, "by-length"),
-                title=f"{benchmark} | {model} | by length ({what})",
-                columns=[*(format_length(n) for n in lengths), "Avg."],
-                rows=rows,
-                metric=metric,
-                higher_is_better=better,
-            ).mark_best()
-        )
+        tables.append(by_length_table(benchmark, model, cells, tasks, variants, labels, metric))
+        results = [ts for per in cells.values() for ts in per.values()]
+        for extra in (m for m in SECONDARY_METRICS if all(m in ts.metrics for ts in results)):
+            tables.append(by_length_table(benchmark, model, cells, tasks, variants, labels, extra, key=extra))
     return tables
+
+
+def by_length_table(
+    benchmark: str,
+    model: str,
+    cells: dict[tuple[Variant, int], dict[str, TaskScore]],
+    tasks: Sequence[str],
+    variants: Sequence[Variant],
+    labels: dict[Variant, str],
+    metric: str,
+    key: str = "",
+) -> Table:
+    """Methods x lengths of the benchmark score (the headline, or the named ``key`` metric)."""
+    lengths = sorted({length for _, length in cells})
+    rows = []
+    for v in variants:
+        row = [Cell(benchmark_score(cells.get((v, n), {}), tasks, key)) for n in lengths]
+        row.append(Cell(lengths_average([c.value for c in row], metric)))
+        rows.append((labels[v], row))
+    what = metric if len(tasks) == 1 else f"mean {metric} over {len(tasks)} tasks"
+    return Table(
+        key=slug(benchmark, model, "by-length", key),
+        title=f"{benchmark} | {model} | by length ({what})",
+        columns=[*(format_length(n) for n in lengths), "Avg."],
+        rows=rows,
+        metric=metric,
+        higher_is_better=higher_is_better(metric),
+    ).mark_best()
 
 
 def lengths_average(values: Sequence[float | None], metric: str) -> float | None:
