@@ -9,6 +9,7 @@ import torch
 from lampe_eval.attention import engine, segmented_attention
 from lampe_eval.attention.reference import oracle_attention, relative_positions
 from lampe_eval.methods import METHODS, RopeBase, create_method
+from lampe_eval.methods.base import beyond_window_warning
 
 D = 16
 WINDOW = 96
@@ -118,3 +119,28 @@ def test_decode_step_equals_last_row_of_prefill(name):
         full = segmented_attention(q, k, v, plan, 0, 0.25)
         step = segmented_attention(q[:, :, -1:], k, v, plan, length - 1, 0.25)
         assert (step - full[:, :, -1:]).abs().max() < 1e-5, method.label()
+
+
+@pytest.mark.parametrize("name", POSITION_METHODS)
+def test_largest_position_is_the_maximum_of_the_oracle_matrix(name):
+    """The window check reads only the last query row: that row must hold the PE maximum."""
+    rng = random.Random(zlib.crc32(f"largest-{name}".encode()))
+    for length in (5, 37, 150, 260):
+        for _ in range(4):
+            method = create_method(name, WINDOW, length, **random_params(name, rng))
+            pe, owner = relative_positions(method.plan(base(), length, length), 0, length, length)
+            assert method.largest_position(base(), length) == int(pe[owner >= 0].max())
+
+
+def test_a_warning_when_a_method_shows_positions_past_the_window():
+    b = base()
+    string = create_method("string", WINDOW, 2 * WINDOW)
+    assert beyond_window_warning(string, b, WINDOW) is None  # STRING is meant for inputs within W
+    message = beyond_window_warning(string, b, 2 * WINDOW)
+    assert message and message.startswith("string at 192 tokens") and "extrapolates" in message
+    for name in ("lampe", "selfextend", "dca", "rerope"):  # the defaults fit 2x and 4x inputs
+        for length in (2 * WINDOW, 4 * WINDOW):
+            assert beyond_window_warning(create_method(name, WINDOW, length), b, length) is None, name
+    small_group = create_method("selfextend", WINDOW, 4 * WINDOW, group_size=2)
+    assert "selfextend" in (beyond_window_warning(small_group, b, 4 * WINDOW) or "")
+    assert beyond_window_warning(create_method("ntk", WINDOW, 4 * WINDOW), b, 4 * WINDOW) is None

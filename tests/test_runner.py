@@ -215,6 +215,22 @@ def test_a_failing_job_does_not_stop_the_others(tmp_path):
     assert len(list(ResultStore(tmp_path).records())) == 6
 
 
+def test_a_method_past_the_window_warns_once_per_job_and_still_runs(tmp_path):
+    jobs = expand_grid(
+        ["m"],
+        [("string", {}), ("selfextend", {"group_size": 4, "window": 16})],
+        [("fake", "alpha")],
+        [128],  # the tiny model's window is 64: STRING's shifted positions reach 127 - 21 + 8
+        limit=2,
+        use_configs=False,
+    )
+    events: list[dict] = []
+    result = execute(jobs, ResultStore(tmp_path), load=load_tiny, on_event=events.append)
+    warnings = [e["message"] for e in events if e["event"] == "warn"]
+    assert len(warnings) == 1 and "string at 128 tokens reaches relative position 114" in warnings[0]
+    assert result.computed == 4 and not result.failures
+
+
 # ---------------------------------------------------------------- experiment files
 
 
@@ -286,6 +302,7 @@ def test_progress_reports_jobs_samples_and_failures():
     with RunProgress(console, 2, enabled=False) as progress:
         progress({"event": "load", "worker": "w0", "model": "m"})
         progress({"event": "start", "unit": "u1", "describe": "m | rope | fake/alpha | 64", "total": 3})
+        progress({"event": "warn", "unit": "u1", "message": "string at 16k tokens reaches ..."})
         progress({"event": "skip", "unit": "u1"})
         for _ in range(2):
             progress({"event": "sample", "unit": "u1", "key": "k", "scores": {}, "seconds": 0.5})
@@ -294,5 +311,5 @@ def test_progress_reports_jobs_samples_and_failures():
     text = console.export_text()
     assert "w0: loading m" in text
     assert "done m | rope | fake/alpha | 64 (2 new sample(s), 0.5 s/sample)" in text
-    assert "FAILED u2: boom" in text
+    assert "FAILED u2: boom" in text and "WARNING string at 16k tokens reaches ..." in text
     assert (progress.samples, progress.skipped, progress.failed) == (2, 1, 1)

@@ -130,6 +130,19 @@ class PositionMethod(Method):
     def query_scale(self, base: RopeBase):
         return None
 
+    def largest_position(self, base: RopeBase, length: int) -> int:
+        """The largest relative position the last query of a ``length``-token prefill sees (O(length);
+        the last row holds the maximum for every method here, whose PE grows with i - j)."""
+        last = torch.tensor([length - 1])
+        largest = 0
+        for segment in self.segments(base, length, length):
+            start, stop = (int(b[0]) for b in segment.region.bounds(last))
+            if stop > start:
+                keys = torch.arange(start, stop)
+                rel = segment.q_pos(last).double() - segment.k_pos(keys).double()
+                largest = max(largest, int(rel.max().item()))
+        return largest
+
     def plan(self, base: RopeBase, context_length: int, kv_len: int) -> AttentionPlan:
         return AttentionPlan(
             self.segments(base, context_length, kv_len),
@@ -151,3 +164,18 @@ class FrequencyMethod(Method):
     def plan(self, base: RopeBase, context_length: int, kv_len: int) -> AttentionPlan:
         inv_freq, factor = self.frequencies(base, kv_len)
         return causal_plan(inv_freq, factor)
+
+
+def beyond_window_warning(method: Method, base: RopeBase, length: int) -> str | None:
+    """A one-line warning when a position method shows the model relative positions past its window
+    at ``length`` (e.g. STRING beyond the window, a too-small SelfExtend group): results are then
+    extrapolation, not what the method promises. None when it stays within the window."""
+    if not isinstance(method, PositionMethod):
+        return None
+    largest = method.largest_position(base, length)
+    if largest < base.window:
+        return None
+    return (
+        f"{method.name} at {length} tokens reaches relative position {largest} >= the pretraining window "
+        f"{base.window}: the model extrapolates (check the method's parameters for this length)"
+    )

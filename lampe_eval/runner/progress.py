@@ -74,6 +74,8 @@ class RunProgress:
         uid = event.get("unit")
         if kind == "load":
             self.log(f"{event['worker']}: loading {event['model']}")
+        elif kind == "warn":
+            self.log(f"WARNING {event['message']}")
         elif kind == "start":
             self.describe[uid] = event["describe"]
             self.counts[uid] = [0, 0.0]

@@ -7,6 +7,7 @@ The same :class:`Worker` runs in the main process (one CPU worker), in a spawned
     {"event": "start",  "unit": uid, "describe": text, "total": n or None, "worker": name}
     {"event": "record", "unit": uid, "record": {...}}         # a finished sample, not yet stored
     {"event": "skip",   "unit": uid}                           # a sample already in the store
+    {"event": "warn",   "unit": uid, "message": one line}      # e.g. positions past the window
     {"event": "finish", "unit": uid}
     {"event": "fail",   "unit": uid, "error": one line, "traceback": text}
 
@@ -165,6 +166,9 @@ class Worker:
             "total": total,
             "worker": self.name,
         }
+        warning = window_warning(lm, method, job.length)
+        if warning:
+            yield {"event": "warn", "unit": uid, "message": f"{unit.describe()}: {warning}"}
         with apply_method(lm.model, method, window=lm.pretraining_window):
             for index, sample in enumerate(bench.samples(job.task, ctx)):
                 if not unit.takes(index):
@@ -205,3 +209,13 @@ class Worker:
                     "meta": {k: v for k, v in sample.meta.items() if k != "stop"},
                 }
                 yield {"event": "record", "unit": uid, "record": record}
+
+
+def window_warning(lm: Any, method: Any, length: int) -> str | None:
+    """The method's warning about positions past the window (None for frequency methods, rope)."""
+    from ..methods.base import beyond_window_warning
+    from ..methods.patch import rope_base
+
+    if method.kind != "position":
+        return None
+    return beyond_window_warning(method, rope_base(lm.model, lm.pretraining_window), length)
