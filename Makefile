@@ -45,11 +45,11 @@ bench: setup
 	$(BIN)/python benchmarks/attention_speed.py
 
 # ------------------------------------------------------------------ reproducing the paper's tables
-# `make table-ppl` etc. run the paper's grid (experiments/<target>.yaml; GPU, model weights from the
+# `make table-ppl` etc. run the paper's grid (the packaged experiment <target>; GPU, model weights from the
 # hub) into results/<target>/ and write the tables next to the paper's numbers, with the difference,
 # into results/<target>/report/ (paper-<name>.md/.csv, tables, leaderboard.csv, plots). Reruns resume.
 # The *-smoke variants run the same pipeline on the embedded SmolLM2-135M, CPU-sized (--limit 1).
-RUN     = $(BIN)/lampe-eval run --no-progress --experiment experiments/$(1).yaml
+RUN     = $(BIN)/lampe-eval run --no-progress --experiment $(1)
 REPORT  = $(BIN)/lampe-eval report results/$(1) --paper $(2) --format md,csv $(3)
 
 table1: setup

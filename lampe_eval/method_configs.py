@@ -1,4 +1,6 @@
-"""Per-model method settings: ``method_configs/<method>-<model>.yaml``.
+"""Per-model method settings: ``method_configs/<method>-<model>.yaml`` (package data; a file of the same
+name in the user directory ``$LAMPE_EVAL_HOME/method_configs/`` wins, see :mod:`lampe_eval.resources`;
+``$LAMPE_EVAL_METHOD_CONFIGS`` names one directory to use instead of both).
 
 A file holds the method's hyperparameters for that model, optionally per target length and per
 benchmark (the paper's baselines depend on both: SelfExtend's G at 16K vs 25K, YaRN's factor =
@@ -30,28 +32,51 @@ from typing import Any
 
 import yaml
 
+from . import resources
 from .errors import LampeEvalError
 from .lengths import BadLengthError, parse_length
 
+ENV = "LAMPE_EVAL_METHOD_CONFIGS"
+
 
 def config_dir() -> Path:
-    env = os.environ.get("LAMPE_EVAL_METHOD_CONFIGS")
+    """``$LAMPE_EVAL_METHOD_CONFIGS``, else the configs shipped with the package."""
+    env = os.environ.get(ENV)
     if env:
         return Path(env)
-    return Path(__file__).resolve().parent.parent / "method_configs"
+    shipped = resources.packaged("method_configs")
+    return shipped if isinstance(shipped, Path) else Path(str(shipped))
+
+
+def file_name(method: str, model: str) -> str:
+    return f"{method}-{model}.yaml"
+
+
+def find_config(method: str, model: str) -> resources.Resource | None:
+    """The config file a run reads for (method, model), or None."""
+    name = file_name(method, model)
+    env = os.environ.get(ENV)
+    if env:
+        path = Path(env) / name
+        return path if path.is_file() else None
+    return resources.find(f"method_configs/{name}")
 
 
 def config_path(method: str, model: str) -> Path:
-    return config_dir() / f"{method}-{model}.yaml"
+    """Where a new config for (method, model) is written (``lampe-eval fit``): the user directory, or
+    ``$LAMPE_EVAL_METHOD_CONFIGS``. Runs read it from there before the packaged one."""
+    env = os.environ.get(ENV)
+    root = Path(env) if env else resources.user_dir() / "method_configs"
+    return root / file_name(method, model)
 
 
 def read_method_config(method: str, model: str) -> dict[str, Any]:
     """The whole YAML mapping of ``<method>-<model>.yaml`` ({} when there is no file)."""
-    path = config_path(method, model)
-    if not path.is_file():
+    path = find_config(method, model)
+    if path is None:
         return {}
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as err:
         raise LampeEvalError(f"{path}: not valid YAML: {err}".splitlines()[0]) from err
     if not isinstance(data, dict):
@@ -112,4 +137,5 @@ def load_method_params(
     data = read_method_config(method, model)
     if not data:
         return {}
-    return params_from_config(data, length, benchmark, where=str(config_path(method, model)))
+    where = resources.display(find_config(method, model) or "")
+    return params_from_config(data, length, benchmark, where=where)

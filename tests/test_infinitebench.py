@@ -33,7 +33,7 @@ from lampe_eval.benchmarks.infinitebench.synthetic import (
 from lampe_eval.errors import LampeEvalError, MissingDataError, UnknownNameError
 from lampe_eval.models import LoadedModel
 
-FIXTURES = Path(__file__).parent / "fixtures" / "infinitebench"
+FIXTURES = Path(__file__).parents[1] / "lampe_eval" / "resources" / "fixtures" / "infinitebench"
 TABLE2 = [
     "longbook_choice_eng",
     "longbook_qa_eng",
@@ -284,7 +284,7 @@ def test_every_fixture_task_builds_prompts_and_truncates_in_the_middle(lm: Loade
         samples = list(bench.samples(task, ctx))
         assert samples, task
         for sample in samples:
-            assert sample.meta["data_source"] == f"fixture:tests/fixtures/infinitebench/{task}.jsonl"
+            assert sample.meta["data_source"] == f"fixture:fixtures/infinitebench/{task}.jsonl"
             assert sample.sample_id.startswith("fixture-")
             assert sample.max_new_tokens == OFFICIAL_MAX_NEW_TOKENS[task]
             tokens = len(lm.tokenizer(sample.prompt, add_special_tokens=False)["input_ids"])

@@ -282,7 +282,7 @@ def test_shipped_experiment_files_load():
 
     from lampe_eval.benchmarks import BENCHMARKS
 
-    root = Path(__file__).resolve().parents[1] / "experiments"
+    root = Path(__file__).resolve().parents[1] / "lampe_eval" / "resources" / "experiments"
     for path in sorted(root.glob("*.yaml")):
         text = path.read_text()
         needed = [b for b in ("pg19", "ruler", "longbench", "leval", "infinitebench") if f"{b}" in text]

@@ -2,8 +2,8 @@
 
 One function, :func:`load_task_records`, decides for one (benchmark, task), in this order:
 
-1. ``--opt fixture=true``: the small fixture shipped in ``tests/fixtures/<benchmark>/<task>.jsonl``
-   (a source checkout only; explicit, never a silent fallback).
+1. ``--opt fixture=true``: the small fixture shipped as package data, ``fixtures/<benchmark>/<task>.jsonl``
+   (:mod:`lampe_eval.resources`; explicit, never a silent fallback).
 2. A local file in the official record format: ``--opt <benchmark>_dir=DIR`` or ``--data-dir DIR``,
    as ``DIR/<benchmark>/<file>``, ``DIR/<file>`` or ``DIR/<subdir>/<file>`` for the benchmark's usual
    sub-folders (LongBench's ``data/`` from ``data.zip``, L-Eval's ``Closed-ended-tasks/``).
@@ -20,10 +20,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from .. import resources
 from ..errors import MissingDataError
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-FIXTURES = REPO_ROOT / "tests" / "fixtures"
 
 
 def truthy(value: Any) -> bool:
@@ -32,7 +30,7 @@ def truthy(value: Any) -> bool:
     return bool(value)
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
+def read_jsonl(path: resources.Resource) -> list[dict[str, Any]]:
     """The JSON objects of a JSON Lines file (blank lines skipped)."""
     records: list[dict[str, Any]] = []
     with path.open(encoding="utf-8") as handle:
@@ -47,13 +45,6 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
                 raise MissingDataError(f"{path}:{number}: expected a JSON object per line")
             records.append(record)
     return records
-
-
-def _display(path: Path) -> str:
-    try:
-        return str(path.relative_to(REPO_ROOT))
-    except ValueError:
-        return str(path)
 
 
 def hub_reachable() -> bool:
@@ -75,13 +66,11 @@ def load_task_records(
 ) -> tuple[list[dict[str, Any]], str]:
     """Records of one task and where they came from (``fixture:...``, ``file:...``, ``hub:...``)."""
     if truthy(options.get("fixture", False)):
-        path = FIXTURES / benchmark / f"{task}.jsonl"
-        if not path.is_file():
-            raise MissingDataError(
-                f"no {benchmark} test fixture for task {task!r} at {_display(path)} "
-                "(fixtures exist in a source checkout, for a few tasks)"
-            )
-        return read_jsonl(path), f"fixture:{_display(path)}"
+        relative = f"fixtures/{benchmark}/{task}.jsonl"
+        path = resources.find(relative)
+        if path is None:
+            raise MissingDataError(f"no {benchmark} fixture for task {task!r} ({relative}, package data)")
+        return read_jsonl(path), f"fixture:{relative}"
 
     explicit = options.get(f"{benchmark}_dir")
     directory = explicit or data_dir
@@ -109,5 +98,5 @@ def load_task_records(
     raise MissingDataError(
         f"{benchmark} task {task!r}: the Hugging Face hub is unreachable and no local file was found{where}; "
         f"pass --data-dir DIR with DIR/{benchmark}/{file_names[0]} in the official format, "
-        f"or --opt fixture=true to run on the tiny test fixture in tests/fixtures/{benchmark}/"
+        f"or --opt fixture=true to run on the tiny hand-written fixture"
     )

@@ -24,23 +24,20 @@ is one sample. Per sample, as the official baselines and ``Evaluation/auto_eval.
 
 from __future__ import annotations
 
-import os
 import re
 import string
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 import jinja2
-import yaml
 
 from ..errors import LampeEvalError, MissingDataError
 from ..generation import greedy_generate
 from ..models import LoadedModel
 from .base import BENCHMARKS, Benchmark, Sample, SampleContext
-from .datafiles import REPO_ROOT, load_task_records, truthy
+from .datafiles import load_task_records, truthy
+from .tables import load_table, mapping
 
 ANSWER_KINDS = ("mc", "mc_multi", "math", "judge")
 PROMPT_STYLES = ("chat", "llama2", "plain")
@@ -75,27 +72,21 @@ class LEvalConfig:
     tasks: dict[str, TaskSpec]
 
 
-def config_path() -> Path:
-    env = os.environ.get("LAMPE_EVAL_LEVAL_CONFIG")
-    return Path(env) if env else REPO_ROOT / "tasks" / "leval" / "leval.yaml"
-
-
-@lru_cache(maxsize=4)
-def _load_config(path: str) -> LEvalConfig:
-    file = Path(path)
-    if not file.is_file():
-        raise LampeEvalError(f"L-Eval task table not found at {file} (set LAMPE_EVAL_LEVAL_CONFIG)")
-    raw = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
-    prompts = {str(k): PromptSpec(**v) for k, v in (raw.get("prompts") or {}).items()}
+def parse_config(raw: dict[str, Any], where: str) -> LEvalConfig:
+    """The typed L-Eval table (``tasks/leval/leval.yaml``)."""
+    prompts = {
+        str(k): PromptSpec(**mapping(v, f"{where}: prompt {k}"))
+        for k, v in mapping(raw.get("prompts"), f"{where}: 'prompts'").items()
+    }
     tasks: dict[str, TaskSpec] = {}
-    for name, entry in (raw.get("tasks") or {}).items():
-        spec = TaskSpec(name=str(name), **entry)
+    for name, entry in mapping(raw.get("tasks"), f"{where}: 'tasks'").items():
+        spec = TaskSpec(name=str(name), **mapping(entry, f"{where}: task {name}"))
         if spec.answer not in ANSWER_KINDS:
-            raise LampeEvalError(f"{file}: task {name}: answer must be one of {', '.join(ANSWER_KINDS)}")
+            raise LampeEvalError(f"{where}: task {name}: answer must be one of {', '.join(ANSWER_KINDS)}")
         if spec.prompt not in prompts:
-            raise LampeEvalError(f"{file}: task {name}: unknown prompt {spec.prompt!r}")
+            raise LampeEvalError(f"{where}: task {name}: unknown prompt {spec.prompt!r}")
         tasks[spec.name] = spec
-    fact = raw.get("fact_check") or {}
+    fact = mapping(raw.get("fact_check"), f"{where}: 'fact_check'")
     replace = fact.get("replace") or ["", ""]
     return LEvalConfig(
         dataset=str(raw.get("dataset", "L4NLP/LEval")),
@@ -110,7 +101,7 @@ def _load_config(path: str) -> LEvalConfig:
 
 
 def load_config() -> LEvalConfig:
-    return _load_config(str(config_path()))
+    return load_table("leval", parse_config)
 
 
 # --------------------------------------------------------------------------- answer extraction

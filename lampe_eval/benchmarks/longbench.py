@@ -26,21 +26,17 @@ Data: ``--data-dir`` / ``--opt longbench_dir=`` (official JSONL files, e.g. ``da
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
-from pathlib import Path
 from typing import Any
-
-import yaml
 
 from ..errors import LampeEvalError, MissingDataError
 from ..models import LoadedModel
 from . import metrics
 from .base import BENCHMARKS, Benchmark, Sample, SampleContext
-from .datafiles import REPO_ROOT, load_task_records, truthy
+from .datafiles import load_task_records, truthy
+from .tables import load_table, mapping
 
 E_SUFFIX = "_e"
 
@@ -96,25 +92,16 @@ class LongBenchConfig:
         return self.buckets[-1][0]
 
 
-def config_path() -> Path:
-    env = os.environ.get("LAMPE_EVAL_LONGBENCH_CONFIG")
-    return Path(env) if env else REPO_ROOT / "tasks" / "longbench" / "longbench.yaml"
-
-
-@lru_cache(maxsize=4)
-def _load_config(path: str) -> LongBenchConfig:
-    file = Path(path)
-    if not file.is_file():
-        raise LampeEvalError(f"LongBench task table not found at {file} (set LAMPE_EVAL_LONGBENCH_CONFIG)")
-    raw = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
+def parse_config(raw: dict[str, Any], where: str) -> LongBenchConfig:
+    """The typed LongBench table (``tasks/longbench/longbench.yaml``)."""
     categories = tuple(raw.get("categories") or ())
     datasets: dict[str, DatasetSpec] = {}
-    for name, entry in (raw.get("datasets") or {}).items():
-        spec = DatasetSpec(name=str(name), **entry)
+    for name, entry in mapping(raw.get("datasets"), f"{where}: 'datasets'").items():
+        spec = DatasetSpec(name=str(name), **mapping(entry, f"{where}: dataset {name}"))
         if spec.metric not in METRICS:
-            raise LampeEvalError(f"{file}: dataset {name}: unknown metric {spec.metric!r}")
+            raise LampeEvalError(f"{where}: dataset {name}: unknown metric {spec.metric!r}")
         if spec.category not in categories:
-            raise LampeEvalError(f"{file}: dataset {name}: category {spec.category!r} not in categories")
+            raise LampeEvalError(f"{where}: dataset {name}: category {spec.category!r} not in categories")
         datasets[spec.name] = spec
     buckets = tuple((str(b["name"]), b.get("below")) for b in raw.get("length_buckets") or ())
     return LongBenchConfig(
@@ -127,7 +114,7 @@ def _load_config(path: str) -> LongBenchConfig:
 
 
 def load_config() -> LongBenchConfig:
-    return _load_config(str(config_path()))
+    return load_table("longbench", parse_config)
 
 
 # --------------------------------------------------------------------------- prompt

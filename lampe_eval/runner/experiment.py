@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from .. import resources
 from ..errors import LampeEvalError
 from ..lengths import parse_lengths
 from .jobs import Job, dedupe, expand_grid
@@ -120,12 +121,23 @@ def grid_jobs(entry: dict[str, Any], limit: int | None, seed: int) -> list[Job]:
     return expand_grid(models, methods, _benchmark_tasks(entry.get("benchmarks")), lengths, limit, seed)
 
 
-def load_experiment(path: str | Path) -> Experiment:
-    path = Path(path)
-    if not path.is_file():
-        raise LampeEvalError(f"experiment file {str(path)!r} does not exist")
+def find_experiment(name: str | Path) -> resources.Resource:
+    """An experiment file: a path, else a name from ``experiments/`` (user directory, then package)."""
+    path = Path(name)
+    if path.is_file():
+        return path
+    if path.suffix in ("", ".yaml") and len(path.parts) <= 2:
+        found = resources.find(f"experiments/{path.stem}.yaml")
+        if found is not None:
+            return found
+    known = ", ".join(resources.listing("experiments", ".yaml"))
+    raise LampeEvalError(f"experiment file {str(name)!r} does not exist (named experiments: {known})")
+
+
+def load_experiment(name: str | Path) -> Experiment:
+    path = find_experiment(name)
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as err:
         raise LampeEvalError(f"{path}: not valid YAML: {err}".splitlines()[0]) from err
     if not isinstance(data, dict):
@@ -137,7 +149,7 @@ def load_experiment(path: str | Path) -> Experiment:
 
     imports = [str(m) for m in data.get("imports") or []]
     import_plugins(imports)
-    name = str(data.get("name") or path.stem)
+    name = str(data.get("name") or Path(path.name).stem)
     limit = data.get("limit")
     seed = int(data.get("seed") or 0)
     if "grid" in data:

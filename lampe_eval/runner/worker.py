@@ -35,8 +35,11 @@ Event = dict[str, Any]
 
 
 def git_revision() -> str:
-    """Short revision of this checkout, ``+dirty`` when tracked files differ; ``unknown`` outside git."""
+    """Short revision of this checkout, ``+dirty`` when tracked files differ; ``unknown`` when the package
+    is not a git checkout (an installed wheel: ``versions`` then names the release)."""
     root = Path(__file__).resolve().parents[2]
+    if not (root / ".git").exists():
+        return "unknown"
     try:
         rev = subprocess.run(
             ["git", "-C", str(root), "rev-parse", "--short", "HEAD"],

@@ -19,8 +19,9 @@ reserved for the answer, as in the official scripts. Generation: greedy, the off
 
 Data, first that applies (recorded in ``sample.meta["data_source"]``, the key LongBench uses):
 
-* ``--opt fixture=true`` (or ``source=fixture``): the tiny hand-written fixture in
-  ``tests/fixtures/infinitebench`` (a few records per task in the official format; smoke tests, not numbers);
+* ``--opt fixture=true`` (or ``source=fixture``): the tiny hand-written fixture, package data
+  ``fixtures/infinitebench/<task>.jsonl`` (a few records per task in the official format; smoke tests, not
+  numbers);
 * ``--data-dir DIR`` holding the official ``<task>.jsonl`` (in ``DIR`` or ``DIR/infinitebench``)
   (``source=dir``);
 * passkey, number_string, kv_retrieval: generated locally with the official recipe, sized to L with the
@@ -57,7 +58,7 @@ from ...models import LoadedModel, cache_dir
 from ..base import BENCHMARKS, Benchmark, Sample, SampleContext
 from ..sample_cache import cached_lines, tokenizer_fingerprint
 from .config import InfiniteBenchConfig, TaskSpec, load_config
-from .data import Record, fill_template, find_task_file, fixture_dir, gold, hub_records, read_jsonl
+from .data import Record, fill_template, find_task_file, fixture_file, gold, hub_records, read_jsonl
 from .scoring import score_one
 from .synthetic import GENERATOR_VERSION, SyntheticTask, TooShortError, fit_size
 
@@ -242,10 +243,10 @@ class InfiniteBench(Benchmark):
     def records(self, task: str, source: str, ctx: SampleContext) -> tuple[str, list[Record]]:
         """(source label, records) for a non-generated source."""
         if source == "fixture":
-            path = fixture_dir() / f"{task}.jsonl"
-            if not path.is_file():
-                raise MissingDataError(f"infinitebench/{task}: no fixture at {path}")
-            return f"fixture:tests/fixtures/infinitebench/{task}.jsonl", read_jsonl(path)
+            relative, path = fixture_file(task)
+            if path is None:
+                raise MissingDataError(f"infinitebench/{task}: no fixture ({relative} of the package data)")
+            return f"fixture:{relative}", read_jsonl(path)
         if source == "dir":
             found = find_task_file(ctx.data_dir, task) if ctx.data_dir else None
             if found is None:

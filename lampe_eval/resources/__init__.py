@@ -1,0 +1,65 @@
+"""Files that ship inside the package, and the user directory that overrides them.
+
+Package data (read with :mod:`importlib.resources`, so it works from an installed wheel)::
+
+    tasks/<benchmark>/<benchmark>.yaml    task tables of the table-driven benchmarks
+    method_configs/<method>-<model>.yaml  per-model method settings (see lampe_eval.method_configs)
+    experiments/<name>.yaml               named grids: lampe-eval run --experiment <name>
+    fixtures/<benchmark>/<task>.jsonl     tiny hand-written records: --opt fixture=true
+
+**User directory.** ``$LAMPE_EVAL_HOME`` (default ``~/.config/lampe-eval``) has the same layout. A file
+there wins over the packaged file of the same relative path (edit a task table or a method config
+without touching the installation), and its extra files are found too (your own experiments, method
+configs for other models, task tables and fixtures of benchmarks you add with ``--import``).
+``lampe-eval fit`` writes its fitted config there by default.
+"""
+
+from __future__ import annotations
+
+import os
+from importlib.resources import files
+from importlib.resources.abc import Traversable
+from pathlib import Path
+
+HOME_ENV = "LAMPE_EVAL_HOME"
+
+Resource = Traversable  # a pathlib.Path (user directory) or the package's own files
+
+
+def user_dir() -> Path:
+    """The user directory that overrides and extends the package data."""
+    env = os.environ.get(HOME_ENV)
+    return Path(env).expanduser() if env else Path.home() / ".config" / "lampe-eval"
+
+
+def packaged(relative: str = "") -> Traversable:
+    """A file or folder of the package data (it may not exist)."""
+    root = files(__name__)
+    return root.joinpath(*relative.split("/")) if relative else root
+
+
+def find(relative: str) -> Resource | None:
+    """The user directory's file at ``relative`` (``tasks/ruler/ruler.yaml``), else the package's, or None."""
+    mine = user_dir() / relative
+    if mine.is_file():
+        return mine
+    shipped = packaged(relative)
+    return shipped if shipped.is_file() else None
+
+
+def listing(folder: str, suffix: str) -> dict[str, Resource]:
+    """Files ``folder/*suffix`` by name (without the suffix), package data overridden by the user's."""
+    out: dict[str, Resource] = {}
+    for root in (packaged(folder), user_dir() / folder):
+        if root.is_dir():
+            for entry in root.iterdir():
+                if entry.name.endswith(suffix) and entry.is_file():
+                    out[entry.name[: -len(suffix)]] = entry
+    return dict(sorted(out.items()))
+
+
+def display(resource: Resource | Path | str) -> str:
+    """A short name for messages: package data relative to the package, other paths as they are."""
+    text = str(resource)
+    root = str(packaged())
+    return "lampe_eval/resources" + text[len(root) :] if text.startswith(root) else text
