@@ -78,6 +78,16 @@ def list_command() -> None:
         benches.add_row(name, ", ".join(bench.tasks()), bench.summary)
     console.print(benches)
 
+    options = Table(title="Benchmark options (--opt name=value)", title_justify="left")
+    for column in ("benchmark", "option", "type", "default", "changes results", "what it does"):
+        options.add_column(column)
+    for name in BENCHMARKS.names():
+        for option in BENCHMARKS.get(name).options:
+            default = "-" if option.default is None else str(option.default)
+            changes = "yes" if option.affects_results else "no"
+            options.add_row(name, option.name, option.type_name(), default, changes, option.help)
+    console.print(options)
+
     presets = Table(title="Model presets", title_justify="left")
     for column in ("name", "source", "pretraining window", "chat template"):
         presets.add_column(column)

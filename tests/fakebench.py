@@ -14,8 +14,9 @@ from typing import Any
 
 import torch
 
-from lampe_eval.benchmarks import BENCHMARKS, Benchmark, Sample, SampleContext
+from lampe_eval.benchmarks import BENCHMARKS, Benchmark, Metric, Sample, SampleContext
 from lampe_eval.models import LoadedModel, tiny_llama
+from lampe_eval.options import Option
 
 WINDOW = 64
 
@@ -56,19 +57,24 @@ def expected_score(task: str, index: int, length: int) -> float:
 @BENCHMARKS.register("fake")
 class FakeBenchmark(Benchmark):
     summary = "runner test benchmark (not real data)"
+    metrics = (Metric("acc"), Metric("other"))
+    options = (
+        Option("n", int, 6, "samples per task"),
+        Option("delay", float, 0.0, "seconds of sleep per sample", affects_results=False),
+    )
 
     def tasks(self) -> list[str]:
         return ["alpha", "beta"]
 
     def samples(self, task: str, ctx: SampleContext) -> Iterator[Sample]:
-        n = int(ctx.options.get("n", 6))
+        n = self.option_values(ctx)["n"]
         if ctx.limit is not None:
             n = min(n, ctx.limit)
         for i in range(n):
             yield Sample(f"{task}-{i}", task, prompt=str(i), references=[str(i)], meta={"i": i})
 
     def evaluate(self, lm: LoadedModel, sample: Sample, ctx: SampleContext) -> dict[str, Any]:
-        delay = float(ctx.options.get("delay", 0))
+        delay = self.option_values(ctx)["delay"]
         if delay:
             time.sleep(delay)
         tokens = min(ctx.length, 2 * WINDOW)

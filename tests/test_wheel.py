@@ -59,7 +59,7 @@ def test_wheel_imports_from_the_virtualenv_and_lists(installed):
     where = run([str(bin_dir / "python"), "-c", code], elsewhere, env)
     assert where.stdout.strip().startswith(str(bin_dir.parent)), where.stdout  # not the source tree
     listed = run([str(bin_dir / "lampe-eval"), "list"], elsewhere, {**env, "COLUMNS": "250"})
-    for name in ("longbench", "infinitebench", "ruler", "lampe", "smollm2-135m"):
+    for name in ("longbench", "infinitebench", "ruler", "lampe", "smollm2-135m", "pg19_per_doc"):
         assert name in listed.stdout
     dry = run([str(bin_dir / "lampe-eval"), "run", "-e", "table1-smoke", "--dry-run"], elsewhere, env)
     assert "18 job(s)" in dry.stdout

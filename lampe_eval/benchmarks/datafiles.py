@@ -2,11 +2,11 @@
 
 One function, :func:`load_task_records`, decides for one (benchmark, task), in this order:
 
-1. ``--opt fixture=true``: the small fixture shipped as package data, ``fixtures/<benchmark>/<task>.jsonl``
+1. ``fixture``: the small fixture shipped as package data, ``fixtures/<benchmark>/<task>.jsonl``
    (:mod:`lampe_eval.resources`; explicit, never a silent fallback).
-2. A local file in the official record format: ``--opt <benchmark>_dir=DIR`` or ``--data-dir DIR``,
-   as ``DIR/<benchmark>/<file>``, ``DIR/<file>`` or ``DIR/<subdir>/<file>`` for the benchmark's usual
-   sub-folders (LongBench's ``data/`` from ``data.zip``, L-Eval's ``Closed-ended-tasks/``).
+2. A local file in the official record format: ``directory`` (``--opt <benchmark>_dir=DIR``) or
+   ``--data-dir DIR``, as ``DIR/<benchmark>/<file>``, ``DIR/<file>`` or ``DIR/<subdir>/<file>`` for the
+   benchmark's usual sub-folders (LongBench's ``data/`` from ``data.zip``, L-Eval's ``Closed-ended-tasks/``).
 3. The hub through ``datasets`` when it is reachable.
 
 Otherwise a one-line :class:`MissingDataError` says how to provide the data. The caller records the
@@ -22,12 +22,6 @@ from typing import Any
 
 from .. import resources
 from ..errors import MissingDataError
-
-
-def truthy(value: Any) -> bool:
-    if isinstance(value, str):
-        return value.strip().lower() in {"1", "true", "yes", "on"}
-    return bool(value)
 
 
 def read_jsonl(path: resources.Resource) -> list[dict[str, Any]]:
@@ -53,11 +47,18 @@ def hub_reachable() -> bool:
     return reachable()
 
 
+def fixture_path(benchmark: str, task: str) -> tuple[str, resources.Resource | None]:
+    """(relative name, file or None) of a task's hand-written fixture."""
+    relative = f"fixtures/{benchmark}/{task}.jsonl"
+    return relative, resources.find(relative)
+
+
 def load_task_records(
     benchmark: str,
     task: str,
     *,
-    options: dict[str, Any],
+    fixture: bool,
+    directory: str | None,
     data_dir: str | None,
     file_names: Sequence[str],
     subdirs: Sequence[str] = (),
@@ -65,14 +66,13 @@ def load_task_records(
     hub_label: str,
 ) -> tuple[list[dict[str, Any]], str]:
     """Records of one task and where they came from (``fixture:...``, ``file:...``, ``hub:...``)."""
-    if truthy(options.get("fixture", False)):
-        relative = f"fixtures/{benchmark}/{task}.jsonl"
-        path = resources.find(relative)
+    if fixture:
+        relative, path = fixture_path(benchmark, task)
         if path is None:
             raise MissingDataError(f"no {benchmark} fixture for task {task!r} ({relative}, package data)")
         return read_jsonl(path), f"fixture:{relative}"
 
-    explicit = options.get(f"{benchmark}_dir")
+    explicit = directory
     directory = explicit or data_dir
     if directory:
         root = Path(str(directory)).expanduser()

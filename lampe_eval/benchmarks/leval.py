@@ -28,6 +28,7 @@ import re
 import string
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import jinja2
@@ -35,8 +36,9 @@ import jinja2
 from ..errors import LampeEvalError, MissingDataError
 from ..generation import greedy_generate
 from ..models import LoadedModel
-from .base import BENCHMARKS, Benchmark, Sample, SampleContext
-from .datafiles import load_task_records, truthy
+from ..options import Option
+from .base import BENCHMARKS, Benchmark, Metric, Sample, SampleContext
+from .datafiles import load_task_records
 from .tables import load_table, mapping
 
 ANSWER_KINDS = ("mc", "mc_multi", "math", "judge")
@@ -312,18 +314,33 @@ def _check_record(record: Mapping[str, Any], where: str) -> None:
 class LEval(Benchmark):
     name = "leval"
     summary = "L-Eval closed-ended tasks (Coursera, GSM, QuALITY, TOEFL, SFiction): official prompts and EM"
+    metrics = (
+        Metric("exact_match", "exact match"),
+        Metric("loyalty", "exact match (loyalty)"),
+        Metric("fact", "exact match (fact)"),
+    )
+    options = (
+        Option("fixture", bool, False, "the tiny hand-written fixture (smoke tests, not numbers)"),
+        Option("leval_dir", Path, None, "directory with the official <task>.jsonl files"),
+        Option("leval_dataset", str, None, "datasets id (default L4NLP/LEval)"),
+        Option("leval_prompt", str, "chat", "prompt style", choices=PROMPT_STYLES),
+        Option("chat_template", bool, True, "the model's chat template (false: the plain prompt)"),
+    )
+    bucket_plot = True
+    input_length_key = "document_tokens"
 
     def tasks(self) -> list[str]:
         return list(load_config().tasks)
 
     def load_records(self, task: str, ctx: SampleContext) -> tuple[list[dict[str, Any]], str]:
         config = load_config()
-        options = ctx.options or {}
-        hub_id = str(options.get("leval_dataset") or config.dataset)
+        options = self.option_values(ctx)
+        hub_id = options["leval_dataset"] or config.dataset
         records, source = load_task_records(
             "leval",
             task,
-            options=options,
+            fixture=options["fixture"],
+            directory=options["leval_dir"],
             data_dir=ctx.data_dir,
             file_names=[f"{task}.jsonl"],
             subdirs=["Closed-ended-tasks", "LEval-data/Closed-ended-tasks"],
@@ -338,11 +355,9 @@ class LEval(Benchmark):
         config = load_config()
         spec = config.tasks[task]
         prompt_spec = config.prompts[spec.prompt]
-        options = ctx.options or {}
-        style = str(options.get("leval_prompt", "chat"))
-        if style not in PROMPT_STYLES:
-            raise LampeEvalError(f"leval_prompt={style!r}; choose one of: {', '.join(PROMPT_STYLES)}")
-        if style == "chat" and not truthy(options.get("chat_template", True)):
+        options = self.option_values(ctx)
+        style = options["leval_prompt"]
+        if style == "chat" and not options["chat_template"]:
             style = "plain"
         budget = ctx.length - config.max_new_tokens
         if budget <= 0:

@@ -29,13 +29,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..errors import LampeEvalError, MissingDataError
 from ..models import LoadedModel
+from ..options import Option
 from . import metrics
-from .base import BENCHMARKS, Benchmark, Sample, SampleContext
-from .datafiles import load_task_records, truthy
+from .base import BENCHMARKS, Benchmark, Metric, Sample, SampleContext
+from .datafiles import load_task_records
 from .tables import load_table, mapping
 
 E_SUFFIX = "_e"
@@ -222,6 +224,27 @@ def _check_record(record: Mapping[str, Any], where: str) -> None:
 class LongBench(Benchmark):
     name = "longbench"
     summary = "LongBench v1: 21 bilingual long-context datasets (+ LongBench-E), official prompts and scorers"
+    metrics = (
+        Metric("qa_f1", "F1"),
+        Metric("qa_f1_zh", "F1 (Chinese)"),
+        Metric("rouge_l", "ROUGE-L"),
+        Metric("rouge_l_zh", "ROUGE-L (Chinese)"),
+        Metric("classification", "accuracy"),
+        Metric("retrieval", "retrieval accuracy"),
+        Metric("retrieval_zh", "retrieval accuracy (Chinese)"),
+        Metric("count", "count accuracy"),
+        Metric("code_sim", "edit similarity"),
+        Metric("length", "input length (words; LongBench-E buckets)"),
+    )
+    options = (
+        Option("fixture", bool, False, "the tiny hand-written fixture (smoke tests, not numbers)"),
+        Option("longbench_dir", Path, None, "directory with the official <task>.jsonl files"),
+        Option("longbench_dataset", str, None, "datasets id (default THUDM/LongBench)"),
+        Option("chat_template", bool, True, "the model's chat template (the official rule per dataset)"),
+        Option("code_sim", str, "difflib", "code_sim's ratio backend", choices=("difflib", "levenshtein")),
+    )
+    bucket_plot = True
+    input_length_key = "record_tokens"
 
     def tasks(self) -> list[str]:
         return load_config().tasks()
@@ -231,12 +254,13 @@ class LongBench(Benchmark):
 
     def load_records(self, task: str, ctx: SampleContext) -> tuple[list[dict[str, Any]], str]:
         config = load_config()
-        options = ctx.options or {}
-        hub_id = str(options.get("longbench_dataset") or config.dataset)
+        options = self.option_values(ctx)
+        hub_id = options["longbench_dataset"] or config.dataset
         records, source = load_task_records(
             "longbench",
             task,
-            options=options,
+            fixture=options["fixture"],
+            directory=options["longbench_dir"],
             data_dir=ctx.data_dir,
             file_names=[f"{task}.jsonl"],
             subdirs=["data"],
@@ -248,12 +272,12 @@ class LongBench(Benchmark):
     def samples(self, task: str, ctx: SampleContext) -> Iterator[Sample]:
         self.check_task(task)
         spec = load_config().spec(task)
-        options = ctx.options or {}
+        options = self.option_values(ctx)
         records, source = self.load_records(task, ctx)
         if ctx.limit is not None:
             records = records[: ctx.limit]
-        use_chat = spec.chat_template and truthy(options.get("chat_template", True))
-        backend = str(options.get("code_sim", "difflib"))
+        use_chat = spec.chat_template and options["chat_template"]
+        backend = options["code_sim"]
         tokenizer = ctx.lm.tokenizer
         for index, record in enumerate(records):
             _check_record(record, f"{source} record {index}")

@@ -1,5 +1,5 @@
 """Reports from results stores: comparison tables (Markdown, LaTeX, CSV), the leaderboard CSV, plots,
-and our numbers next to the paper's (``paper_tables/``).
+and our numbers next to the paper's (``paper_tables/`` of :mod:`lampe_eval.resources`).
 
 ``build_report(["results/x"], out="results/x/report")`` writes::
 
@@ -7,7 +7,7 @@ and our numbers next to the paper's (``paper_tables/``).
     leaderboard.csv                       one row per model x method x benchmark x length
     paper-<name>.md|tex|csv               per requested paper table: ours / paper (difference)
     paper-<name>-cells.csv                the same comparison, one line per cell, raw numbers
-    <benchmark>-by-length.png, longbench-leval-by-bucket.png
+    <benchmark>-by-length.png, <benchmarks>-by-bucket.png (those that declare bucket_plot)
 """
 
 from __future__ import annotations

@@ -3,10 +3,10 @@
 A *variant* is a method plus the parameters the user set explicitly (``--param``, an experiment's
 ``params:``); parameters the method derives from the length or reads from ``method_configs/``
 (YaRN's factor, SelfExtend's G at 16K vs 25K) are part of the method, so one variant spans all
-lengths. Task scores use the benchmark's own ``aggregate`` (PG-19: token-weighted perplexity) when
-the benchmark is registered, else the mean of each metric; the headline metric is the aggregate's
-first key. A benchmark-level score is the mean of its task headlines (LongBench's and RULER's
-"Avg." in the paper).
+lengths. Task scores use the benchmark's own ``aggregate`` when the benchmark is registered, else the
+mean of each metric; the headline metric is the aggregate's first key, shown and ranked as the
+benchmark declares it (:class:`~lampe_eval.benchmarks.base.Metric`). A benchmark-level score is the
+mean of its task headlines (the paper's "Avg.").
 """
 
 from __future__ import annotations
@@ -19,14 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..benchmarks.base import Metric, aggregate, metric_of
 from ..errors import LampeEvalError
 from ..runner.store import RECORDS_FILE, iter_records
-
-LOWER_IS_BETTER = {"ppl", "ppl_last_quarter", "nll", "nll_last_quarter", "loss", "perplexity"}
-
-
-def higher_is_better(metric: str) -> bool:
-    return metric not in LOWER_IS_BETTER
 
 
 @dataclass(frozen=True)
@@ -60,6 +55,10 @@ class TaskScore:
     @property
     def score(self) -> float:
         return self.metrics[self.metric] if self.metrics else math.nan
+
+    def metric_info(self, name: str = "") -> Metric:
+        """How the benchmark shows and ranks ``name`` (default: the headline)."""
+        return metric_of(self.benchmark, name or self.metric)
 
 
 def record_files(paths: Iterable[str | Path]) -> list[Path]:
@@ -95,17 +94,6 @@ def variant_of(record: dict[str, Any]) -> Variant:
     if params is None:  # records written before variant_params existed
         params = {}
     return Variant(record["method"], json.dumps(params, sort_keys=True, default=str))
-
-
-def aggregate(benchmark: str, task: str, scores: Sequence[dict[str, float]]) -> dict[str, float]:
-    from ..benchmarks import BENCHMARKS, get_benchmark
-
-    if benchmark in BENCHMARKS:
-        return get_benchmark(benchmark).aggregate(task, list(scores))
-    if not scores:
-        return {}
-    keys = list(scores[0])
-    return {k: sum(s[k] for s in scores if k in s) / len(scores) for k in keys}
 
 
 def task_scores(

@@ -6,6 +6,7 @@ Package data (read with :mod:`importlib.resources`, so it works from an installe
     method_configs/<method>-<model>.yaml  per-model method settings (see lampe_eval.method_configs)
     experiments/<name>.yaml               named grids: lampe-eval run --experiment <name>
     fixtures/<benchmark>/<task>.jsonl     tiny hand-written records: --opt fixture=true
+    paper_tables/<name>.yaml              a paper's numbers: lampe-eval report --paper <name>
 
 **User directory.** ``$LAMPE_EVAL_HOME`` (default ``~/.config/lampe-eval``) has the same layout. A file
 there wins over the packaged file of the same relative path (edit a task table or a method config

@@ -2,8 +2,8 @@
 
 ::
 
-    name: table-ppl
-    out: results/table-ppl          # default: results/<name>
+    name: my-grid
+    out: results/my-grid            # default: results/<name>
     limit: 10                       # samples per (task, length); null = all
     seed: 0
     options: {}                     # benchmark options (--opt)
@@ -11,7 +11,7 @@
     grid:                           # a list of sub-grids, each a cross product
       - models: [llama2-7b-chat]
         methods: [rope, {name: selfextend, params: {group_size: 16, window: 1024}}]
-        benchmarks: {pg19: all}     # or [pg19, ruler], or {ruler: [niah_single_1, vt]}
+        benchmarks: {bench_a: all}  # or [bench_a, bench_b], or {bench_b: [task_1, task_2]}
         lengths: [4k, 8k, 16k]
 
 A file with a single grid may put ``models``/``methods``/``benchmarks``/``lengths`` at the top level

@@ -62,7 +62,7 @@ def visible_gpus() -> list[str]:
 
 def summarize(jobs: Sequence[Job], store: ResultStore) -> dict[str, dict[str, float]]:
     """Each job's task-level aggregate from the stored samples (its first ``limit`` samples)."""
-    from ..benchmarks import BENCHMARKS, get_benchmark
+    from ..benchmarks.base import aggregate
 
     wanted = {job.key(): job for job in jobs}
     scores: dict[str, list[tuple[int, dict[str, float]]]] = defaultdict(list)
@@ -77,11 +77,7 @@ def summarize(jobs: Sequence[Job], store: ResultStore) -> dict[str, dict[str, fl
     for key, items in scores.items():
         job = wanted[key]
         ordered = [s for _, s in sorted(items, key=lambda item: item[0])]
-        if job.benchmark in BENCHMARKS:
-            out[key] = get_benchmark(job.benchmark).aggregate(job.task, ordered)
-        else:
-            metrics = list(ordered[0])
-            out[key] = {m: sum(s[m] for s in ordered) / len(ordered) for m in metrics}
+        out[key] = aggregate(job.benchmark, job.task, ordered)
     return out
 
 

@@ -55,7 +55,8 @@ from typing import Any
 from ...errors import LampeEvalError, MissingDataError
 from ...generation import prompt_token_count
 from ...models import LoadedModel, cache_dir
-from ..base import BENCHMARKS, Benchmark, Sample, SampleContext
+from ...options import Option
+from ..base import BENCHMARKS, Benchmark, Metric, Sample, SampleContext
 from ..sample_cache import cached_lines, tokenizer_fingerprint
 from .config import InfiniteBenchConfig, TaskSpec, load_config
 from .data import Record, fill_template, find_task_file, fixture_file, gold, hub_records, read_jsonl
@@ -65,13 +66,6 @@ from .synthetic import GENERATOR_VERSION, SyntheticTask, TooShortError, fit_size
 log = logging.getLogger(__name__)
 
 SOURCES = ("auto", "fixture", "dir", "generate", "hub")
-
-
-def _flag(options: dict[str, Any], key: str, default: bool) -> bool:
-    value = options.get(key, default)
-    if isinstance(value, str):
-        return value.strip().lower() not in {"0", "false", "no", "off", ""}
-    return bool(value)
 
 
 class PromptBuilder:
@@ -198,6 +192,24 @@ class InfiniteBench(Benchmark):
         "InfiniteBench (official prompts, middle truncation to the length, official scorers); "
         "passkey/number_string/kv_retrieval generated locally at any length"
     )
+    metrics = (
+        Metric("accuracy"),
+        Metric("qa_f1", "F1"),
+        Metric("qa_f1_zh", "F1 (Chinese)"),
+        Metric("rougeLsum", "ROUGE-Lsum"),
+        Metric("prefix_accuracy", "accuracy (answer prefix)"),
+    )
+    options = (
+        Option("template", str, None, "template family: yarn_mistral (default) or gpt4 (chat-style)"),
+        Option("chat_template", bool, None, "use the chat template (default: only for chat-style templates)"),
+        Option("fixture", bool, False, "the tiny hand-written fixture (smoke tests, not numbers)"),
+        Option("source", str, "auto", "where records come from", choices=SOURCES),
+        Option("dataset", str, None, "datasets id (default xinrongzhang2022/InfiniteBench)"),
+        Option("num_samples", int, None, "generated tasks: samples without --limit (official counts)", False),
+        Option("max_new_tokens", int, None, "generation budget (default: the official one per task)"),
+        Option("cache", bool, True, "keep generated samples on disk (false: in memory only)", False),
+    )
+    input_length_key = "original_tokens"
 
     @property
     def config(self) -> InfiniteBenchConfig:
@@ -218,13 +230,9 @@ class InfiniteBench(Benchmark):
 
     # ------------------------------------------------------------------------------------ data
     def source(self, task: str, ctx: SampleContext) -> str:
-        options = ctx.options or {}
-        source = str(options.get("source", "auto")).lower()
-        if source not in SOURCES:
-            raise LampeEvalError(
-                f"infinitebench: unknown source {source!r}; choose one of: {', '.join(SOURCES)}"
-            )
-        if source == "auto" and _flag(options, "fixture", False):
+        options = self.option_values(ctx)
+        source = options["source"]
+        if source == "auto" and options["fixture"]:
             source = "fixture"
         if source == "auto":
             if ctx.data_dir and find_task_file(ctx.data_dir, task):
@@ -255,19 +263,21 @@ class InfiniteBench(Benchmark):
                     "(nor in its infinitebench/)"
                 )
             return f"file:{found}", read_jsonl(found)
-        dataset = str((ctx.options or {}).get("dataset", self.config.dataset))
+        dataset = self.option_values(ctx)["dataset"] or self.config.dataset
         return f"hub:{dataset}:{task}", hub_records(dataset, task)
 
     # --------------------------------------------------------------------------------- samples
     def samples(self, task: str, ctx: SampleContext) -> Iterator[Sample]:
         task = self.check_task(task)
         spec = self.config.tasks[task]
-        options = ctx.options or {}
-        family = str(options.get("template", self.config.default_template))
+        options = self.option_values(ctx)
+        family = options["template"] or self.config.default_template
         template = self.config.template(family, task)
-        chat_default = family != "yarn_mistral"  # completion-style templates are fed raw (module doc)
-        builder = PromptBuilder(ctx.lm, ctx.length, _flag(options, "chat_template", chat_default))
-        max_new = int(options.get("max_new_tokens", spec.max_new_tokens))
+        chat = options["chat_template"]
+        if chat is None:
+            chat = family != "yarn_mistral"  # completion-style templates are fed raw (module doc)
+        builder = PromptBuilder(ctx.lm, ctx.length, chat)
+        max_new = options["max_new_tokens"] or spec.max_new_tokens
         base_meta = {
             "label": spec.label,
             "metric": spec.metric,
@@ -304,11 +314,11 @@ class InfiniteBench(Benchmark):
         base_meta: dict[str, Any],
         ctx: SampleContext,
     ) -> Iterator[Sample]:
-        options = ctx.options or {}
+        options = self.option_values(ctx)
         data = SyntheticSet(self.config, task, template, family, builder, ctx.seed)
-        total = int(options.get("num_samples", data.recipe.num_samples))
+        total = options["num_samples"] or data.recipe.num_samples
         count = total if ctx.limit is None else min(total, ctx.limit)
-        lines = data.lines(count, _flag(options, "cache", True))
+        lines = data.lines(count, options["cache"])
         for line in lines:
             index, n = int(line["index"]), int(line["n"])
             prompt, record, meta = data.prompt_for(index, n)
