@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import sys
 
+from lampe_eval.runner.experiment import Experiment
 from lampe_eval.runner.jobs import expand_grid
-from lampe_eval.runner.local import execute
-from lampe_eval.runner.store import ResultStore
+from lampe_eval.runner.local import run
 from tests.fakebench import load_stub
 
 SAMPLES = 5  # per job
@@ -24,6 +24,7 @@ def jobs():
         [("fake", "alpha"), ("fake", "beta")],
         [96, 128],
         use_configs=False,
+        options={"fake": {"n": SAMPLES, "delay": DELAY}},
     )
 
 
@@ -32,9 +33,7 @@ def main() -> int:
     # "gpus": one worker process per (pretend) GPU, as on a multi-GPU machine; else N CPU workers
     where = {"gpus": ["3", "5"]} if mode == "gpus" else {"workers": int(mode)}
     try:
-        result = execute(
-            jobs(), ResultStore(out), load=load_stub, options={"n": SAMPLES, "delay": DELAY}, **where
-        )
+        result = run(Experiment.from_jobs(jobs(), out, load=load_stub, **where))
     except KeyboardInterrupt:
         print("INTERRUPTED", flush=True)
         return 130

@@ -28,7 +28,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from ..errors import unknown
+from ..errors import LampeEvalError, suggestion, unknown
 from ..models import LoadedModel
 from ..options import Option, identity, parse_options
 from ..registry import Registry
@@ -153,10 +153,19 @@ class Benchmark(ABC):
         """A benchmark-level row from task headlines (e.g. category averages); {} when there is none."""
         return {}
 
+    def check_job(self, task: str, length: int, options: Mapping[str, Any], data_dir: str | None) -> None:
+        """Raise a one-line LampeEvalError for a job that cannot run (checked before any model loads):
+        e.g. a length too short for the benchmark's budget, a fixture that does not exist."""
+        return None
+
     # ----------------------------------------------------------------------------------- options
     def option_values(self, ctx: SampleContext) -> dict[str, Any]:
         """The job's options for this benchmark, typed, with the defaults filled in."""
-        return parse_options(self.options, ctx.options or {}, self.name)
+        return self.typed_options(ctx.options or {})
+
+    def typed_options(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """``values`` checked against the declared options, typed, with the defaults filled in."""
+        return parse_options(self.options, values, self.name)
 
     @classmethod
     def identity_options(cls, values: Mapping[str, Any]) -> dict[str, Any]:
@@ -170,6 +179,28 @@ class Benchmark(ABC):
             if metric.name == name:
                 return metric
         return Metric(name)
+
+
+def options_by_benchmark(benchmarks: Sequence[str], values: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The ``--opt`` values each benchmark of a run declares, typed. Options apply to every benchmark
+    that declares them; one that none of them declares is an error with the closest declared name."""
+    classes = {name: BENCHMARKS.get(name) for name in dict.fromkeys(benchmarks)}
+    declared = {o.name for cls in classes.values() for o in cls.options}
+    for name in values:
+        if name not in declared:
+            where = ", ".join(classes) or "these benchmarks"
+            hint = suggestion(name, sorted(declared))
+            known = (
+                ""
+                if hint
+                else f" (their options: {', '.join(sorted(declared)) or 'none'}; see lampe-eval list)"
+            )
+            raise LampeEvalError(f"unknown option {name} for {where}{hint}{known}")
+    out = {}
+    for bench, cls in classes.items():
+        mine = {o.name: o for o in cls.options}
+        out[bench] = {k: mine[k].parse(v, f"{bench}: ") for k, v in values.items() if k in mine}
+    return out
 
 
 def _check_declarations(cls: type[Benchmark]) -> None:

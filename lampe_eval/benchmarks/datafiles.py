@@ -53,6 +53,14 @@ def fixture_path(benchmark: str, task: str) -> tuple[str, resources.Resource | N
     return relative, resources.find(relative)
 
 
+def require_fixture(benchmark: str, task: str) -> resources.Resource:
+    """The task's fixture, or a one-line error (checked before any model loads)."""
+    relative, path = fixture_path(benchmark, task)
+    if path is None:
+        raise MissingDataError(f"no {benchmark} fixture for task {task!r} ({relative}, package data)")
+    return path
+
+
 def load_task_records(
     benchmark: str,
     task: str,
@@ -67,10 +75,7 @@ def load_task_records(
 ) -> tuple[list[dict[str, Any]], str]:
     """Records of one task and where they came from (``fixture:...``, ``file:...``, ``hub:...``)."""
     if fixture:
-        relative, path = fixture_path(benchmark, task)
-        if path is None:
-            raise MissingDataError(f"no {benchmark} fixture for task {task!r} ({relative}, package data)")
-        return read_jsonl(path), f"fixture:{relative}"
+        return read_jsonl(require_fixture(benchmark, task)), f"fixture:fixtures/{benchmark}/{task}.jsonl"
 
     explicit = directory
     directory = explicit or data_dir

@@ -38,7 +38,7 @@ from ..generation import greedy_generate
 from ..models import LoadedModel
 from ..options import Option
 from .base import BENCHMARKS, Benchmark, Metric, Sample, SampleContext
-from .datafiles import load_task_records
+from .datafiles import load_task_records, require_fixture
 from .tables import load_table, mapping
 
 ANSWER_KINDS = ("mc", "mc_multi", "math", "judge")
@@ -331,6 +331,13 @@ class LEval(Benchmark):
 
     def tasks(self) -> list[str]:
         return list(load_config().tasks)
+
+    def check_job(self, task: str, length: int, options: Mapping[str, Any], data_dir: str | None) -> None:
+        budget = length - load_config().max_new_tokens
+        if budget <= 0:
+            raise LampeEvalError(f"leval: --len {length} leaves no room for the document (512 new tokens)")
+        if self.typed_options(options)["fixture"]:
+            require_fixture("leval", task)
 
     def load_records(self, task: str, ctx: SampleContext) -> tuple[list[dict[str, Any]], str]:
         config = load_config()

@@ -37,7 +37,7 @@ from ..models import LoadedModel
 from ..options import Option
 from . import metrics
 from .base import BENCHMARKS, Benchmark, Metric, Sample, SampleContext
-from .datafiles import load_task_records
+from .datafiles import load_task_records, require_fixture
 from .tables import load_table, mapping
 
 E_SUFFIX = "_e"
@@ -251,6 +251,10 @@ class LongBench(Benchmark):
 
     def default_tasks(self) -> list[str]:
         return list(load_config().datasets)
+
+    def check_job(self, task: str, length: int, options: Mapping[str, Any], data_dir: str | None) -> None:
+        if self.typed_options(options)["fixture"]:
+            require_fixture("longbench", task)
 
     def load_records(self, task: str, ctx: SampleContext) -> tuple[list[dict[str, Any]], str]:
         config = load_config()

@@ -33,6 +33,7 @@ class Report:
     paper_tables: list[Table]
     files: list[Path] = field(default_factory=list)
     text: str = ""  # the tables in the first requested format (what the CLI prints)
+    warnings: list[str] = field(default_factory=list)  # one line each (unreadable lines skipped, ...)
 
 
 def build_report(

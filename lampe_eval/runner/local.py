@@ -7,6 +7,7 @@ sample is already on disk (each record is fsynced when it is written).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from collections import defaultdict
@@ -15,13 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import LampeEvalError
-from ..models import LoadedModel
+from .experiment import Experiment, RunSettings, prepare_output
 from .jobs import Job, WorkUnit, make_units
 from .pool import Handle, InlineHandle, ProcessHandle, drive
 from .store import ResultStore
 from .worker import Event, WorkerConfig, git_revision, unit_id
 
-__all__ = ["JobsFailedError", "RunResult", "execute", "git_revision", "run_jobs", "summarize", "visible_gpus"]
+__all__ = ["JobsFailedError", "RunResult", "git_revision", "run", "summarize", "visible_gpus"]
 
 
 class JobsFailedError(LampeEvalError):
@@ -42,6 +43,12 @@ class RunResult:
     computed: int = 0  # samples computed in this run
     skipped: int = 0  # samples found in the store
     not_started: list[WorkUnit] = field(default_factory=list)
+
+    def raise_for_failures(self) -> RunResult:
+        """Raise :class:`JobsFailedError` when some jobs failed (the others ran and are stored)."""
+        if self.failures:
+            raise JobsFailedError(self.failures)
+        return self
 
 
 def visible_gpus() -> list[str]:
@@ -81,21 +88,19 @@ def summarize(jobs: Sequence[Job], store: ResultStore) -> dict[str, dict[str, fl
     return out
 
 
-def make_handles(
-    config: WorkerConfig,
-    store: ResultStore,
-    *,
-    workers: int | None,
-    gpus: list[str] | None,
-    use_ray: bool,
-    ray_address: str | None,
-    ray_init: dict[str, Any] | None = None,
-) -> list[Handle]:
-    if use_ray or ray_address:
+def make_handles(config: WorkerConfig, store: ResultStore, settings: RunSettings) -> list[Handle]:
+    """The workers: Ray actors, one process per GPU, N CPU processes, or one inline worker."""
+    if settings.ray or settings.ray_address:
         from .ray_backend import ray_handles
 
-        return list(ray_handles(config, store, address=ray_address, workers=workers, init_kwargs=ray_init))
-    device = config.device
+        init = dict(settings.ray_init or {})
+        return list(
+            ray_handles(
+                config, store, address=settings.ray_address, workers=settings.workers, init_kwargs=init
+            )
+        )
+    device, workers = config.device, settings.workers
+    gpus = list(settings.gpus) if settings.gpus is not None else None
     if config.load is not None and workers is None and gpus is None:
         return [InlineHandle(config, store)]  # a custom loader (tests, notebooks) runs here unless asked
     if gpus is None:
@@ -104,61 +109,37 @@ def make_handles(
         if workers and workers != len(gpus):
             raise LampeEvalError(f"--workers {workers} with {len(gpus)} GPUs: one worker per GPU")
         lock = threading.Lock()
-        gpu_config = WorkerConfig(**{**config.__dict__, "device": "cuda"})
+        gpu_config = dataclasses.replace(config, device="cuda")
         return [
             ProcessHandle(gpu_config, str(store.directory), f"gpu-{gpu}", {"CUDA_VISIBLE_DEVICES": gpu}, lock)
             for gpu in gpus
         ]
     if workers and workers > 1:  # several CPU processes (or several workers sharing one GPU)
         lock = threading.Lock()
-        return [
-            ProcessHandle(
-                config, str(store.directory), f"worker-{i}", {"CUDA_VISIBLE_DEVICES": gpus[0]}, lock
-            )
-            if gpus
-            else ProcessHandle(config, str(store.directory), f"worker-{i}", None, lock)
-            for i in range(workers)
-        ]
+        env = {"CUDA_VISIBLE_DEVICES": gpus[0]} if gpus else None
+        return [ProcessHandle(config, str(store.directory), f"worker-{i}", env, lock) for i in range(workers)]
     return [InlineHandle(config, store)]  # one worker in this process: CPU, or the one GPU
 
 
-def execute(
-    jobs: list[Job],
-    store: ResultStore,
-    *,
-    device: str | None = None,
-    dtype: str | None = None,
-    data_dir: str | None = None,
-    options: dict[str, Any] | None = None,
-    load: Callable[[str], LoadedModel] | None = None,
-    imports: Sequence[str] = (),
-    workers: int | None = None,
-    gpus: list[str] | None = None,
-    use_ray: bool = False,
-    ray_address: str | None = None,
-    ray_init: dict[str, Any] | None = None,
-    on_event: Callable[[Event], None] | None = None,
-) -> RunResult:
-    """Run ``jobs``, skipping samples already in ``store``.
+def run(experiment: Experiment, *, on_event: Callable[[Event], None] | None = None) -> RunResult:
+    """Run a checked experiment (:meth:`ExperimentSpec.build`), skipping samples already in its store.
 
-    Workers: one inline worker by default (CPU, or one GPU); one spawned process per GPU when
-    several are visible (or listed in ``gpus``); ``workers`` CPU processes when asked; Ray actors
-    with ``use_ray``/``ray_address``. ``load`` replaces :func:`~lampe_eval.models.load_model`
-    (tests, notebooks): it runs inline unless ``workers``/``gpus`` ask for processes, and then must be
-    a module-level function (it is pickled).
+    Workers: one inline worker by default (CPU, or one GPU); one spawned process per GPU when several
+    are visible (or listed in ``settings.gpus``); ``settings.workers`` CPU processes when asked; Ray
+    actors with ``settings.ray``/``ray_address``.
     """
+    settings = experiment.settings
+    store = ResultStore(prepare_output(experiment.out))
+    jobs = experiment.jobs
     config = WorkerConfig(
-        device=device,
-        dtype=dtype,
-        data_dir=data_dir,
-        options=dict(options or {}),
-        load=load,
-        imports=tuple(imports),
+        device=settings.device,
+        dtype=settings.dtype,
+        load=settings.load,
+        imports=tuple(experiment.imports),
         revision=git_revision(),
+        warned=frozenset(experiment.warnings),
     )
-    handles = make_handles(
-        config, store, workers=workers, gpus=gpus, use_ray=use_ray, ray_address=ray_address, ray_init=ray_init
-    )
+    handles = make_handles(config, store, settings)
     units = make_units(jobs, len(handles), store.done_by_job())
     by_uid = {unit_id(u): u for u in units}
     result = RunResult(jobs=list(jobs), summaries={})
@@ -187,42 +168,3 @@ def execute(
         result.failures.append({"describe": unit.describe(), "error": "not started: no worker left"})
     result.summaries = summarize(jobs, store)
     return result
-
-
-def run_jobs(
-    jobs: list[Job],
-    store: ResultStore,
-    *,
-    device: str | None = None,
-    dtype: str | None = None,
-    data_dir: str | None = None,
-    options: dict[str, Any] | None = None,
-    on_sample: Callable[[Job, dict[str, Any]], None] | None = None,
-    load: Callable[[str], LoadedModel] | None = None,
-    **kwargs: Any,
-) -> dict[str, dict[str, float]]:
-    """Run every job, skipping samples already in ``store``. Returns task-level aggregates per job key.
-
-    Raises :class:`JobsFailedError` after the other jobs ran when some failed.
-    """
-    by_key = {job.key(): job for job in jobs}
-
-    def on_event(event: Event) -> None:
-        if on_sample and event["event"] == "sample":
-            record = event.get("record") or {"key": event["key"], "scores": event["scores"]}
-            on_sample(by_key[event["unit"].split("/")[0]], record)
-
-    result = execute(
-        jobs,
-        store,
-        device=device,
-        dtype=dtype,
-        data_dir=data_dir,
-        options=options,
-        load=load,
-        on_event=on_event,
-        **kwargs,
-    )
-    if result.failures:
-        raise JobsFailedError(result.failures)
-    return result.summaries

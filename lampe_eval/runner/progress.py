@@ -91,7 +91,8 @@ class RunProgress:
             self.skipped += 1
             task_id = self.tasks.get(uid)
             if task_id is not None:
-                total = self.progress.tasks[task_id].total
+                # Progress.tasks is a list in creation order, not indexed by id once tasks were removed
+                total = next((t.total for t in self.progress.tasks if t.id == task_id), None)
                 if total:  # the bar counts new samples only
                     self.progress.update(task_id, total=total - 1)
         elif kind in ("finish", "fail"):

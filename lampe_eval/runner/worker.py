@@ -18,13 +18,12 @@ event (``{"event": "sample", "unit": uid, "key": ..., "scores": {...}, "seconds"
 from __future__ import annotations
 
 import gc
-import importlib
 import math
 import subprocess
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -78,24 +77,20 @@ def unit_id(unit: WorkUnit) -> str:
 
 @dataclass
 class WorkerConfig:
-    """Everything a worker needs; picklable (``load`` must be a module-level function)."""
+    """Everything a worker needs besides its units; picklable (``load`` must be a module-level function)."""
 
     device: str | None = None
     dtype: str | None = None
-    data_dir: str | None = None
-    options: dict[str, Any] = field(default_factory=dict)
     load: Callable[[str], LoadedModel] | None = None
     imports: tuple[str, ...] = ()  # modules to import first (they may register benchmarks/methods)
     revision: str | None = None  # git revision to record (the driver's); computed when None
-
-
-def import_plugins(modules: tuple[str, ...] | list[str]) -> None:
-    for module in modules:
-        importlib.import_module(module)
+    warned: frozenset[str] = frozenset()  # job keys whose window warning the driver already gave
 
 
 class Worker:
     def __init__(self, config: WorkerConfig, name: str = "worker-0") -> None:
+        from .experiment import import_plugins
+
         self.config = config
         self.name = name
         import_plugins(config.imports)
@@ -158,8 +153,8 @@ class Worker:
             length=job.length,
             limit=job.limit,
             seed=job.seed,
-            data_dir=self.config.data_dir,
-            options=dict(self.config.options),
+            data_dir=job.data_dir,
+            options=dict(job.options),
         )
         total = math.ceil(job.limit / unit.shards) if job.limit else None
         yield {
@@ -169,7 +164,7 @@ class Worker:
             "total": total,
             "worker": self.name,
         }
-        warning = window_warning(lm, method, job.length)
+        warning = None if job.key() in self.config.warned else window_warning(lm, method, job.length)
         if warning:
             yield {"event": "warn", "unit": uid, "message": f"{unit.describe()}: {warning}"}
         with apply_method(lm.model, method, window=lm.pretraining_window):

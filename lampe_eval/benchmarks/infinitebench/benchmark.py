@@ -49,7 +49,7 @@ import hashlib
 import logging
 import random
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ...errors import LampeEvalError, MissingDataError
@@ -228,14 +228,27 @@ class InfiniteBench(Benchmark):
     def spec(self, task: str) -> TaskSpec:
         return self.config.tasks[self.check_task(task)]
 
+    def check_job(self, task: str, length: int, options: Mapping[str, Any], data_dir: str | None) -> None:
+        task = self.check_task(task)
+        values = self.typed_options(options)
+        self.config.template(values["template"] or self.config.default_template, task)
+        source = self.pick_source(task, values, data_dir)
+        if source == "fixture" and fixture_file(task)[1] is None:
+            raise MissingDataError(
+                f"infinitebench/{task}: no fixture ({fixture_file(task)[0]}, package data)"
+            )
+
     # ------------------------------------------------------------------------------------ data
     def source(self, task: str, ctx: SampleContext) -> str:
-        options = self.option_values(ctx)
+        return self.pick_source(task, self.option_values(ctx), ctx.data_dir)
+
+    def pick_source(self, task: str, options: Mapping[str, Any], data_dir: str | None) -> str:
+        """Where a job's records come from (see the module docstring for the order)."""
         source = options["source"]
         if source == "auto" and options["fixture"]:
             source = "fixture"
         if source == "auto":
-            if ctx.data_dir and find_task_file(ctx.data_dir, task):
+            if data_dir and find_task_file(data_dir, task):
                 source = "dir"
             elif self.config.tasks[task].synthetic:
                 source = "generate"
