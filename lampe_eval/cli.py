@@ -199,6 +199,9 @@ def run_command(
         )
         exp = spec.build(settings)
         store = ResultStore(prepare_output(exp.out))
+        problems = store.problems.summary()
+        if problems:
+            say_error("warning:", f"{store.path}: {problems}; those samples are computed again")
         for warning in exp.warnings.values():
             say_error("warning:", warning)
         done = store.done_by_job()
@@ -213,7 +216,7 @@ def run_command(
         tracker = RunProgress(console, len(exp.jobs), enabled=progress)
         try:
             with tracker:
-                result = run(exp, on_event=tracker)
+                result = run(exp, on_event=tracker, store=store)
         except KeyboardInterrupt:
             say_error(
                 "interrupted:",

@@ -22,6 +22,8 @@ the sample and the job's options, never of state kept from ``samples``.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
@@ -80,6 +82,14 @@ class Sample:
     max_new_tokens: int = 0
     meta: dict[str, Any] = field(default_factory=dict)
     input_ids: list[int] | None = None
+
+    def fingerprint(self, tokenizer: str = "") -> str:
+        """A hash of everything the sample is (its data as read, after truncation and templates) and of
+        the tokenizer's fingerprint: a stored result is reused only for the same fingerprint."""
+        content = [self.sample_id, self.task, self.prompt, self.references, self.max_new_tokens]
+        content += [self.input_ids, self.meta, tokenizer]
+        blob = json.dumps(content, sort_keys=True, ensure_ascii=False, default=str)
+        return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
 
 
 @dataclass

@@ -47,12 +47,13 @@ def build_report(
     plots: bool = True,
     bucket_edges: Sequence[int] | None = None,
 ) -> Report:
-    records = load_records(results)
+    warnings: list[str] = []
+    records = load_records(results, warnings)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     scores = task_scores(records)
     tables = generic_tables(scores)
-    report = Report(tables=tables, paper_tables=[])
+    report = Report(tables=tables, paper_tables=[], warnings=warnings)
     for fmt in formats:
         path = out / f"tables.{EXTENSIONS[fmt]}"
         path.write_text(render(tables, fmt))

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..benchmarks.base import Metric, aggregate, metric_of
 from ..errors import LampeEvalError
-from ..runner.store import RECORDS_FILE, iter_records
+from ..runner.store import RECORDS_FILE, Problems, valid_records
 
 
 @dataclass(frozen=True)
@@ -78,14 +78,31 @@ def record_files(paths: Iterable[str | Path]) -> list[Path]:
     return out
 
 
-def load_records(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
-    """Records of every store under ``paths``, one per key (the last written wins)."""
+def load_records(paths: Iterable[str | Path], warnings: list[str] | None = None) -> list[dict[str, Any]]:
+    """Records of every store under ``paths``, one per key (the last written wins).
+
+    Unreadable lines and records with a field of the wrong type are skipped; each file that had some
+    (or nothing readable) adds one line to ``warnings``. Nothing readable at all is an error.
+    """
     by_key: dict[str, dict[str, Any]] = {}
+    empty: list[str] = []
+    notes: list[str] = []
     for path in record_files(paths):
-        for record in iter_records(path):
-            if "key" in record and "scores" in record:
-                by_key.pop(record["key"], None)
-                by_key[record["key"]] = record
+        problems = Problems()
+        count = 0
+        for record in valid_records(path, problems):
+            count += 1
+            by_key.pop(record["key"], None)
+            by_key[record["key"]] = record
+        if count == 0:
+            what = "is empty" if problems.lines == 0 else f"has no readable record: {problems.summary()}"
+            empty.append(f"{path} {what}")
+        elif problems.summary():
+            notes.append(f"{path}: {problems.summary()}")
+    if not by_key:
+        raise LampeEvalError("no results to report: " + "; ".join(empty))
+    if warnings is not None:
+        warnings.extend(notes + empty)
     return list(by_key.values())
 
 

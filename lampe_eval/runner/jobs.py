@@ -90,12 +90,18 @@ class Job:
 
 @dataclass(frozen=True)
 class WorkUnit:
-    """One job, or the samples ``index % shards == shard`` of it. ``done`` lists finished sample ids."""
+    """One job, or the samples ``index % shards == shard`` of it. ``done`` lists the sample ids with a
+    stored record, ``fingerprints`` the fingerprint of the sample each was computed on: a sample is
+    skipped only when it is built the same again."""
 
     job: Job
     shard: int = 0
     shards: int = 1
     done: frozenset[str] = frozenset()
+    fingerprints: Mapping[str, str | None] = field(default_factory=dict, hash=False, compare=False)
+
+    def finished(self, sample_id: str, fingerprint: str) -> bool:
+        return sample_id in self.done and self.fingerprints.get(sample_id) == fingerprint
 
     def describe(self) -> str:
         suffix = f" [{self.shard + 1}/{self.shards}]" if self.shards > 1 else ""
@@ -165,16 +171,25 @@ def dedupe(jobs: list[Job]) -> list[Job]:
     return out
 
 
-def make_units(jobs: list[Job], workers: int = 1, done: dict[str, set[str]] | None = None) -> list[WorkUnit]:
+def make_units(
+    jobs: list[Job],
+    workers: int = 1,
+    done: Mapping[str, set[str]] | None = None,
+    fingerprints: Mapping[str, Mapping[str, str | None]] | None = None,
+) -> list[WorkUnit]:
     """Work units for ``workers`` workers: whole jobs, or shards when jobs are fewer than workers.
 
-    ``done`` maps job key -> finished sample ids (from the store); they travel with the unit so a
-    worker never needs to read the store.
+    ``done`` maps job key -> finished sample ids and ``fingerprints`` job key -> sample id -> the
+    fingerprint of its sample (from the store); they travel with the unit so a worker never needs to
+    read the store.
     """
     done = done or {}
+    fingerprints = fingerprints or {}
     shards = max(1, workers // max(1, len(jobs))) if len(jobs) < workers else 1
     return [
-        WorkUnit(job, shard, shards, frozenset(done.get(job.key(), ())))
+        WorkUnit(
+            job, shard, shards, frozenset(done.get(job.key(), ())), dict(fingerprints.get(job.key(), {}))
+        )
         for job in jobs
         for shard in range(shards)
     ]

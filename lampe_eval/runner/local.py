@@ -1,8 +1,9 @@
-"""Run a list of jobs: pick the workers (inline, one process per GPU, or Ray), feed them, summarise.
+"""Run an experiment: pick the workers (inline, one process per GPU, or Ray), feed them, summarise.
 
-Resuming: finished samples are read from the store once, here, and travel with each work unit, so a
-rerun of the same command only computes what is missing. Ctrl-C stops at once; every finished
-sample is already on disk (each record is fsynced when it is written).
+Resuming: finished samples (with the fingerprint of the sample each was computed on) are read from
+the store here and travel with each work unit, so a rerun of the same command only computes what is
+missing or what was computed on other data. Ctrl-C stops at once; every finished sample is already on
+disk (each record is fsynced when it is written).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class RunResult:
     computed: int = 0  # samples computed in this run
     skipped: int = 0  # samples found in the store
     not_started: list[WorkUnit] = field(default_factory=list)
+    confirmed: set[str] = field(default_factory=set)  # sample keys computed or found valid in this run
 
     def raise_for_failures(self) -> RunResult:
         """Raise :class:`JobsFailedError` when some jobs failed (the others ran and are stored)."""
@@ -67,17 +69,21 @@ def visible_gpus() -> list[str]:
     return [str(i) for i in range(count)]
 
 
-def summarize(jobs: Sequence[Job], store: ResultStore) -> dict[str, dict[str, float]]:
-    """Each job's task-level aggregate from the stored samples (its first ``limit`` samples)."""
+def summarize(
+    jobs: Sequence[Job], store: ResultStore, confirmed: set[str] | None = None
+) -> dict[str, dict[str, float]]:
+    """Each job's task-level aggregate from the stored samples (its first ``limit`` samples); with
+    ``confirmed``, only those sample keys (the samples the jobs consist of in this run, so records of
+    samples the data no longer has are left out)."""
     from ..benchmarks.base import aggregate
 
     wanted = {job.key(): job for job in jobs}
     scores: dict[str, list[tuple[int, dict[str, float]]]] = defaultdict(list)
     for record in store.unique_records():
-        job = wanted.get(record.get("job_key", ""))
-        if job is None:
+        job = wanted.get(record["job_key"])
+        if job is None or (confirmed is not None and record["key"] not in confirmed):
             continue
-        index = int(record.get("index", 0))
+        index = record["index"]
         if job.limit is None or index < job.limit:
             scores[job.key()].append((index, record["scores"]))
     out: dict[str, dict[str, float]] = {}
@@ -121,7 +127,12 @@ def make_handles(config: WorkerConfig, store: ResultStore, settings: RunSettings
     return [InlineHandle(config, store)]  # one worker in this process: CPU, or the one GPU
 
 
-def run(experiment: Experiment, *, on_event: Callable[[Event], None] | None = None) -> RunResult:
+def run(
+    experiment: Experiment,
+    *,
+    on_event: Callable[[Event], None] | None = None,
+    store: ResultStore | None = None,
+) -> RunResult:
     """Run a checked experiment (:meth:`ExperimentSpec.build`), skipping samples already in its store.
 
     Workers: one inline worker by default (CPU, or one GPU); one spawned process per GPU when several
@@ -129,7 +140,7 @@ def run(experiment: Experiment, *, on_event: Callable[[Event], None] | None = No
     actors with ``settings.ray``/``ray_address``.
     """
     settings = experiment.settings
-    store = ResultStore(prepare_output(experiment.out))
+    store = store or ResultStore(prepare_output(experiment.out))
     jobs = experiment.jobs
     config = WorkerConfig(
         device=settings.device,
@@ -140,7 +151,10 @@ def run(experiment: Experiment, *, on_event: Callable[[Event], None] | None = No
         warned=frozenset(experiment.warnings),
     )
     handles = make_handles(config, store, settings)
-    units = make_units(jobs, len(handles), store.done_by_job())
+    keys = {job.key() for job in jobs}
+    units = make_units(
+        jobs, len(handles), store.done_by_job(), {key: store.fingerprints(key) for key in keys}
+    )
     by_uid = {unit_id(u): u for u in units}
     result = RunResult(jobs=list(jobs), summaries={})
 
@@ -148,8 +162,10 @@ def run(experiment: Experiment, *, on_event: Callable[[Event], None] | None = No
         kind = event["event"]
         if kind == "sample":
             result.computed += 1
+            result.confirmed.add(event["key"])
         elif kind == "skip":
             result.skipped += 1
+            result.confirmed.add(event["key"])
         elif kind == "fail":
             unit = by_uid.get(event.get("unit") or "")
             describe = unit.describe() if unit else "(worker)"
@@ -166,5 +182,5 @@ def run(experiment: Experiment, *, on_event: Callable[[Event], None] | None = No
             handle.close()
     for unit in result.not_started:
         result.failures.append({"describe": unit.describe(), "error": "not started: no worker left"})
-    result.summaries = summarize(jobs, store)
+    result.summaries = summarize(jobs, store, result.confirmed)
     return result

@@ -6,7 +6,7 @@ The same :class:`Worker` runs in the main process (one CPU worker), in a spawned
     {"event": "load",   "worker": name, "model": model}
     {"event": "start",  "unit": uid, "describe": text, "total": n or None, "worker": name}
     {"event": "record", "unit": uid, "record": {...}}         # a finished sample, not yet stored
-    {"event": "skip",   "unit": uid}                           # a sample already in the store
+    {"event": "skip",   "unit": uid, "key": key}               # a sample already in the store
     {"event": "warn",   "unit": uid, "message": one line}      # e.g. positions past the window
     {"event": "finish", "unit": uid}
     {"event": "fail",   "unit": uid, "error": one line, "traceback": text}
@@ -139,6 +139,7 @@ class Worker:
 
     def _run(self, unit: WorkUnit, uid: str) -> Iterator[Event]:
         from ..benchmarks import SampleContext, get_benchmark
+        from ..benchmarks.sample_cache import tokenizer_fingerprint
         from ..methods import apply_method, create_method
 
         job = unit.job
@@ -167,12 +168,14 @@ class Worker:
         warning = None if job.key() in self.config.warned else window_warning(lm, method, job.length)
         if warning:
             yield {"event": "warn", "unit": uid, "message": f"{unit.describe()}: {warning}"}
+        tokenizer = tokenizer_fingerprint(lm.tokenizer)
         with apply_method(lm.model, method, window=lm.pretraining_window):
             for index, sample in enumerate(bench.samples(job.task, ctx)):
                 if not unit.takes(index):
                     continue
-                if str(sample.sample_id) in unit.done:
-                    yield {"event": "skip", "unit": uid}
+                fingerprint = sample.fingerprint(tokenizer)
+                if unit.finished(str(sample.sample_id), fingerprint):
+                    yield {"event": "skip", "unit": uid, "key": job.sample_key(sample.sample_id)}
                     continue
                 start = time.perf_counter()
                 output = bench.evaluate(lm, sample, ctx)
@@ -194,6 +197,9 @@ class Worker:
                     "length": job.length,
                     "seed": job.seed,
                     "limit": job.limit,
+                    "options": job.options,
+                    "data_dir": job.data_dir,
+                    "sample_fingerprint": fingerprint,
                     "prompt_tokens": prompt_tokens,
                     "references": sample.references,
                     "output": output,
