@@ -92,7 +92,7 @@ def list_command() -> None:
 
     options = Table(title="Benchmark options (--opt name=value)", title_justify="left")
     for column in ("benchmark", "option", "type", "default", "changes results", "what it does"):
-        options.add_column(column)
+        options.add_column(column, no_wrap=column in ("benchmark", "option"), overflow="fold")
     for name in BENCHMARKS.names():
         for option in BENCHMARKS.get(name).options:
             default = "-" if option.default is None else str(option.default)

@@ -50,6 +50,26 @@ def load_stub(name: str) -> LoadedModel:
     )
 
 
+class CharTokenizer:
+    """One token per character (ids 2..127), an optional BOS (1): PG-19 runs on the tiny model."""
+
+    bos_token = None
+    chat_template = None
+
+    def __call__(self, text: str, add_special_tokens: bool = True, **_: Any) -> dict[str, list[int]]:
+        return {"input_ids": [2 + ord(c) % 126 for c in text]}
+
+    def decode(self, ids: list[int], **_: Any) -> str:
+        return "".join(chr(i - 2) for i in ids)
+
+
+def load_tiny_chars(name: str) -> LoadedModel:
+    """The ``load=`` hook (or a stand-in for ``load_model``): a tiny random Llama with a character
+    tokenizer and a 256-token window, whatever the name."""
+    LOADS[0] += 1
+    return LoadedModel(name, tiny_llama(window=256, seed=3), CharTokenizer(), 256, False, {"loads": LOADS[0]})
+
+
 def expected_score(task: str, index: int, length: int) -> float:
     return float((index * 37 + length + len(task)) % 101)
 

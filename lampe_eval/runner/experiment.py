@@ -305,11 +305,11 @@ def import_plugins(modules: Sequence[str]) -> None:
     """Import the modules that register benchmarks or methods; a missing one is one line."""
     for module in modules:
         if not isinstance(module, str) or not module.strip():
-            raise LampeEvalError(f"--import: {module!r} is not a module name")
+            raise LampeEvalError(f"import {module!r}: not a module name")
         try:
             importlib.import_module(module)
         except ImportError as err:
-            raise LampeEvalError(f"--import {module}: {err}".splitlines()[0]) from err
+            raise LampeEvalError(f"cannot import {module}: {err}".splitlines()[0]) from err
 
 
 def resolve_tasks(benchmarks: Sequence[tuple[str, Any]]) -> list[tuple[str, str]]:

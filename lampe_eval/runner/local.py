@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import LampeEvalError
+from .claims import Claims
 from .experiment import Experiment, RunSettings, prepare_output
 from .jobs import Job, WorkUnit, make_units
 from .pool import Handle, InlineHandle, ProcessHandle, drive
@@ -92,6 +93,25 @@ def summarize(
         ordered = [s for _, s in sorted(items, key=lambda item: item[0])]
         out[key] = aggregate(job.benchmark, job.task, ordered)
     return out
+
+
+class StoreGate:
+    """The job claims of a results directory, with the store's finished samples at claim time."""
+
+    def __init__(self, store: ResultStore, claims: Claims) -> None:
+        self.store = store
+        self.claims = claims
+
+    def claim(self, job: Job) -> tuple[frozenset[str], dict[str, str | None]] | str:
+        holder = self.claims.acquire(job.key())
+        if holder is not None:
+            return f"{job.describe()}: run by another lampe-eval process ({holder.describe()}), waiting"
+        self.store.refresh()  # what other runs stored until now
+        fingerprints = self.store.fingerprints(job.key())
+        return frozenset(fingerprints), fingerprints
+
+    def release(self, job: Job) -> None:
+        self.claims.release(job.key())
 
 
 def make_handles(config: WorkerConfig, store: ResultStore, settings: RunSettings) -> list[Handle]:
@@ -175,11 +195,13 @@ def run(
         if on_event:
             on_event(event)
 
+    claims = Claims(store.directory)
     try:
-        result.not_started = drive(units, handles, handle_event)
+        result.not_started = drive(units, handles, handle_event, StoreGate(store, claims))
     finally:
         for handle in handles:
             handle.close()
+        claims.release_all()
     for unit in result.not_started:
         result.failures.append({"describe": unit.describe(), "error": "not started: no worker left"})
     result.summaries = summarize(jobs, store, result.confirmed)

@@ -57,6 +57,7 @@ class RunProgress:
         self.samples = 0
         self.skipped = 0
         self.failed = 0
+        self.waits: set[str] = set()
 
     def __enter__(self) -> RunProgress:
         self.progress.start()
@@ -76,6 +77,10 @@ class RunProgress:
             self.log(f"{event['worker']}: loading {event['model']}")
         elif kind == "warn":
             self.log(f"WARNING {event['message']}")
+        elif kind == "wait":
+            if event["message"] not in self.waits:  # said once per job
+                self.waits.add(event["message"])
+                self.log(f"WAITING {event['message']}")
         elif kind == "start":
             self.describe[uid] = event["describe"]
             self.counts[uid] = [0, 0.0]
