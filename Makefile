@@ -4,7 +4,7 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 TORCH   ?= torch==2.13.0
 
-.PHONY: setup corpus test test-fast lint demo bench clean
+.PHONY: setup corpus test test-fast lint typecheck demo bench clean
 
 setup: $(BIN)/lampe-eval corpus
 
@@ -36,6 +36,10 @@ test-fast: setup
 lint: setup
 	$(BIN)/ruff check lampe_eval tests benchmarks
 	$(BIN)/ruff format --check lampe_eval tests benchmarks
+
+# mypy over the package (configuration and scope in pyproject.toml)
+typecheck: setup
+	$(BIN)/mypy
 
 demo: setup
 	$(BIN)/lampe-eval list
@@ -81,4 +85,4 @@ table-ppl-smoke: setup
 smoke: table-ppl-smoke table-ruler-smoke table1-smoke table2-smoke
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache

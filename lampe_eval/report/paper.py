@@ -186,7 +186,7 @@ def compare(
                     ours = _column_value(index, model, variant, column, length, metric)
                 ours_by_label[column["label"]] = ours
                 paper = paper_value(raw)
-                diff = ours - paper if _comparable(ours, metric) and _comparable(paper, metric) else None
+                diff = _difference(ours, paper, metric)
                 cells.append(Cell(ours, _cell_text(ours, paper, diff, metric)))
                 long_rows.append(
                     {
@@ -230,6 +230,13 @@ def compare(
 
 def _comparable(value: float | None, metric: Metric) -> bool:
     return value is not None and math.isfinite(value) and not metric.saturated(value)
+
+
+def _difference(ours: float | None, paper: float | None, metric: Metric) -> float | None:
+    """ours - paper, when both are numbers within the metric's cap."""
+    if ours is None or paper is None or not (_comparable(ours, metric) and _comparable(paper, metric)):
+        return None
+    return ours - paper
 
 
 def _average(parts: list[float | None], metric: Metric) -> float | None:

@@ -21,10 +21,11 @@ import os
 from importlib.resources import files
 from importlib.resources.abc import Traversable
 from pathlib import Path
+from typing import TypeAlias
 
 HOME_ENV = "LAMPE_EVAL_HOME"
 
-Resource = Traversable  # a pathlib.Path (user directory) or the package's own files
+Resource: TypeAlias = Traversable  # a pathlib.Path (user directory) or the package's own files
 
 
 def user_dir() -> Path:

@@ -72,7 +72,7 @@ class RunProgress:
 
     def __call__(self, event: Event) -> None:
         kind = event["event"]
-        uid = event.get("unit")
+        uid = str(event.get("unit") or "")
         if kind == "load":
             self.log(f"{event['worker']}: loading {event['model']}")
         elif kind == "warn":
@@ -105,7 +105,7 @@ class RunProgress:
             if task_id is not None:
                 self.progress.remove_task(task_id)
             self.progress.advance(self.overall)
-            describe = self.describe.get(uid, uid or "worker")
+            describe = self.describe.get(uid) or uid or "worker"
             if kind == "fail":
                 self.failed += 1
                 self.log(f"FAILED {describe}: {event['error']}")
