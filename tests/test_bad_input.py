@@ -370,3 +370,16 @@ def test_experiment_files_may_be_named(tmp_path, capsys, no_model):
     finally:
         del os.environ["LAMPE_EVAL_HOME"]
     assert code == 0 and not err and "1 job(s)" in out
+
+
+def test_a_report_never_averages_samples_of_different_data(tmp_path, capsys, tiny_model):
+    a, b = books(tmp_path / "A", TEXT_A), books(tmp_path / "B", TEXT_B)
+    assert cli(capsys, *pg19(tmp_path / "R", "--opt", f"pg19_dir={a}"))[0] == 0
+    assert cli(capsys, *pg19(tmp_path / "R", "--opt", f"pg19_dir={b}"))[0] == 0
+    code, out, err = cli(capsys, "report", str(tmp_path / "R"), "--no-plots", "--format", "csv", "-q")
+    line = one_line(err)
+    assert (
+        code == 0 and "records of 2 benchmark settings; the report uses the latest" in line and str(b) in line
+    )
+    board = (tmp_path / "R" / "report" / "leaderboard.csv").read_text().splitlines()
+    assert len(board) == 2 and board[1].split(",")[board[0].split(",").index("samples")] == "1"

@@ -2,7 +2,7 @@
 
 One record is one long document with several questions (``instructions`` / ``outputs``); every question
 is one sample. Per sample, as the official baselines and ``Evaluation/auto_eval.py`` do (facts:
-``shared/docs/benchmarks.md`` section 2; task table ``tasks/leval/leval.yaml``):
+``docs/benchmarks.md`` section 2; task table ``tasks/leval/leval.yaml``):
 
 1. Document truncation: while the document has more than ``length - 512`` tokens (special tokens
    included), keep its first ``budget - 250 k`` space-separated words (k = 0, 1, ...). The job's

@@ -1,6 +1,6 @@
 """LongBench v1 (THUDM/LongBench): 21 datasets in six categories, plus the 13 LongBench-E variants.
 
-Per sample, as the official ``pred.py`` / ``eval.py`` do (facts: ``shared/docs/benchmarks.md`` section 1):
+Per sample, as the official ``pred.py`` / ``eval.py`` do (facts: ``docs/benchmarks.md`` section 1):
 
 1. ``prompt = template.format(**record)`` with the dataset's official template
    (``tasks/longbench/longbench.yaml``).

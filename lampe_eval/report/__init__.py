@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .data import load_records, task_scores
+from .data import load_records, one_setting_per_cell, task_scores
 from .leaderboard import LEADERBOARD_COLUMNS, leaderboard_csv
 from .paper import compare, comparison_csv, load_paper_table, paper_table_names
 from .plots import make_plots
@@ -48,7 +48,7 @@ def build_report(
     bucket_edges: Sequence[int] | None = None,
 ) -> Report:
     warnings: list[str] = []
-    records = load_records(results, warnings)
+    records = one_setting_per_cell(load_records(results, warnings), warnings)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     scores = task_scores(records)

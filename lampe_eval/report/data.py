@@ -106,6 +106,44 @@ def load_records(paths: Iterable[str | Path], warnings: list[str] | None = None)
     return list(by_key.values())
 
 
+def setting_of(record: dict[str, Any]) -> str:
+    """The benchmark options (those that change results) and data directory a record was computed with."""
+    from ..benchmarks.base import benchmark_class
+
+    options = record.get("options") or {}
+    cls = benchmark_class(record["benchmark"])
+    setting = cls.identity_options(options) if cls and isinstance(options, dict) else options
+    if record.get("data_dir"):
+        setting = {**setting, "data_dir": record["data_dir"]}
+    return json.dumps(setting, sort_keys=True, default=str)
+
+
+def one_setting_per_cell(
+    records: list[dict[str, Any]], warnings: list[str] | None = None
+) -> list[dict[str, Any]]:
+    """Never average samples computed on different data: where one (model, variant, benchmark, task,
+    length) holds records of several benchmark settings (``--opt``, ``--data-dir``), keep those of the
+    setting written last, and say so in ``warnings``."""
+    cells: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
+    for record in records:  # file order: the last written record of a key comes last
+        cells[
+            (record["model"], variant_of(record), record["benchmark"], record["task"], record["length"])
+        ].append(record)
+    out = []
+    for (model, variant, benchmark, task, length), items in cells.items():
+        settings = {setting_of(r) for r in items}
+        if len(settings) > 1:
+            latest = setting_of(items[-1])
+            items = [r for r in items if setting_of(r) == latest]
+            if warnings is not None:
+                warnings.append(
+                    f"{benchmark}/{task} at {length} ({model}, {variant.method}): records of {len(settings)} "
+                    f"benchmark settings; the report uses the latest ({latest})"
+                )
+        out.extend(items)
+    return out
+
+
 def variant_of(record: dict[str, Any]) -> Variant:
     params = record.get("variant_params")
     if params is None:  # records written before variant_params existed
