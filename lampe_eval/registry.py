@@ -40,6 +40,10 @@ class Registry(Generic[T]):
             raise unknown(self.kind, name, list(self._items))
         return self._items[name]
 
+    def remove(self, name: str) -> None:
+        """Forget a registration (a plugin's, or a test's own)."""
+        self._items.pop(name, None)
+
     def names(self) -> list[str]:
         return list(self._items)
 

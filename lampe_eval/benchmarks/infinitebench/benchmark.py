@@ -29,7 +29,8 @@ Data, first that applies (recorded in ``sample.meta["data_source"]``, the key Lo
   (``source=generate``). The needle then always lies inside L. This is *not* the paper's protocol: the
   LaMPE authors cut the official ~128K-token files in the middle to L, which drops the needles of the middle
   depths (at 32K only the 16 of 59 outer depths survive, hence the paper's 27.12 = 16/59 for PassKey and
-  Number); ``--opt source=hub`` (or ``--data-dir``) reproduces that, and ``experiments/table2.yaml`` uses it;
+  Number); ``--opt source=hub`` (or ``--data-dir``) reproduces that, and the packaged experiment ``table2``
+  uses it;
 * otherwise the Hub dataset ``xinrongzhang2022/InfiniteBench`` through ``datasets`` (``source=hub``,
   ``--opt dataset=ID`` for a copy); offline this fails with one line that says what to pass instead.
 
