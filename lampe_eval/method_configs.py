@@ -30,11 +30,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from . import resources
 from .errors import LampeEvalError
 from .lengths import BadLengthError, parse_length
+from .resources import mapping
 
 ENV = "LAMPE_EVAL_METHOD_CONFIGS"
 
@@ -73,28 +72,12 @@ def config_path(method: str, model: str) -> Path:
 def read_method_config(method: str, model: str) -> dict[str, Any]:
     """The whole YAML mapping of ``<method>-<model>.yaml`` ({} when there is no file)."""
     path = find_config(method, model)
-    if path is None:
-        return {}
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as err:
-        raise LampeEvalError(f"{path}: not valid YAML: {err}".splitlines()[0]) from err
-    if not isinstance(data, dict):
-        raise LampeEvalError(f"{path}: expected a mapping at the top level")
-    return data
-
-
-def _mapping(value: Any, where: str) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise LampeEvalError(f"{where} must be a mapping")
-    return value
+    return {} if path is None else resources.read_yaml(path)
 
 
 def _length_entry(table: Any, length: int | None, where: str) -> dict[str, Any]:
     """The ``by_length`` entry that covers ``length`` (see the module docstring)."""
-    table = _mapping(table, where)
+    table = mapping(table, where)
     if not table or length is None:
         return {}
     parsed: list[tuple[int, dict[str, Any]]] = []
@@ -103,7 +86,7 @@ def _length_entry(table: Any, length: int | None, where: str) -> dict[str, Any]:
             tokens = parse_length(key)
         except BadLengthError as err:
             raise LampeEvalError(f"{where}: {err}") from err
-        parsed.append((tokens, _mapping(entry, f"{where}.{key}")))
+        parsed.append((tokens, mapping(entry, f"{where}.{key}")))
     parsed.sort(key=lambda item: item[0])
     for tokens, entry in parsed:
         if tokens >= length:
@@ -115,12 +98,12 @@ def params_from_config(
     data: dict[str, Any], length: int | None = None, benchmark: str | None = None, where: str = "config"
 ) -> dict[str, Any]:
     """Resolve a config mapping for one (length, benchmark); pure, for tests and tools."""
-    out = dict(_mapping(data.get("params"), f"{where}: 'params'"))
+    out = dict(mapping(data.get("params"), f"{where}: 'params'"))
     out.update(_length_entry(data.get("by_length"), length, f"{where}: 'by_length'"))
-    by_bench = _mapping(data.get("by_benchmark"), f"{where}: 'by_benchmark'")
+    by_bench = mapping(data.get("by_benchmark"), f"{where}: 'by_benchmark'")
     if benchmark is not None and benchmark in by_bench:
-        block = _mapping(by_bench[benchmark], f"{where}: 'by_benchmark.{benchmark}'")
-        out.update(_mapping(block.get("params"), f"{where}: 'by_benchmark.{benchmark}.params'"))
+        block = mapping(by_bench[benchmark], f"{where}: 'by_benchmark.{benchmark}'")
+        out.update(mapping(block.get("params"), f"{where}: 'by_benchmark.{benchmark}.params'"))
         out.update(
             _length_entry(block.get("by_length"), length, f"{where}: 'by_benchmark.{benchmark}.by_length'")
         )

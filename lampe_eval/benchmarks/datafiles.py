@@ -22,6 +22,10 @@ from typing import Any
 
 from .. import resources
 from ..errors import MissingDataError
+from ..options import Option
+
+# --opt fixture=true: shared by the benchmarks that ship hand-written fixtures
+FIXTURE_OPTION = Option("fixture", bool, False, "the tiny hand-written fixture (smoke tests, not numbers)")
 
 
 def read_jsonl(path: resources.Resource) -> list[dict[str, Any]]:

@@ -38,7 +38,7 @@ from ..generation import greedy_generate
 from ..models import LoadedModel
 from ..options import Option
 from .base import BENCHMARKS, Benchmark, Metric, Sample, SampleContext
-from .datafiles import load_task_records, require_fixture
+from .datafiles import FIXTURE_OPTION, load_task_records, require_fixture
 from .tables import load_table, mapping
 
 ANSWER_KINDS = ("mc", "mc_multi", "math", "judge")
@@ -320,7 +320,7 @@ class LEval(Benchmark):
         Metric("fact", "exact match (fact)"),
     )
     options = (
-        Option("fixture", bool, False, "the tiny hand-written fixture (smoke tests, not numbers)"),
+        FIXTURE_OPTION,
         Option("leval_dir", Path, None, "directory with the official <task>.jsonl files"),
         Option("leval_dataset", str, None, "datasets id (default L4NLP/LEval)"),
         Option("leval_prompt", str, "chat", "prompt style", choices=PROMPT_STYLES),

@@ -37,7 +37,7 @@ from ..models import LoadedModel
 from ..options import Option
 from . import metrics
 from .base import BENCHMARKS, Benchmark, Metric, Sample, SampleContext
-from .datafiles import load_task_records, require_fixture
+from .datafiles import FIXTURE_OPTION, load_task_records, require_fixture
 from .tables import load_table, mapping
 
 E_SUFFIX = "_e"
@@ -237,7 +237,7 @@ class LongBench(Benchmark):
         Metric("length", "input length (words; LongBench-E buckets)"),
     )
     options = (
-        Option("fixture", bool, False, "the tiny hand-written fixture (smoke tests, not numbers)"),
+        FIXTURE_OPTION,
         Option("longbench_dir", Path, None, "directory with the official <task>.jsonl files"),
         Option("longbench_dataset", str, None, "datasets id (default THUDM/LongBench)"),
         Option("chat_template", bool, True, "the model's chat template (the official rule per dataset)"),

@@ -10,10 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-import yaml
-
 from .. import resources
 from ..errors import LampeEvalError
+from ..resources import mapping
+
+__all__ = ["load_table", "mapping", "read_table", "table_location"]
 
 T = TypeVar("T")
 _CACHE: dict[tuple[str, str, Callable[..., Any]], Any] = {}
@@ -31,14 +32,7 @@ def table_location(benchmark: str) -> resources.Resource:
 def read_table(benchmark: str) -> tuple[dict[str, Any], str]:
     """The raw mapping of a benchmark's task table and where it was read (for messages)."""
     found = table_location(benchmark)
-    where = resources.display(found)
-    try:
-        data = yaml.safe_load(found.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as err:
-        raise LampeEvalError(f"{where}: not valid YAML: {err}".splitlines()[0]) from err
-    if not isinstance(data, dict):
-        raise LampeEvalError(f"{where}: expected a mapping at the top level")
-    return data, where
+    return resources.read_yaml(found), resources.display(found)
 
 
 def load_table(benchmark: str, parse: Callable[[dict[str, Any], str], T]) -> T:
@@ -55,12 +49,3 @@ def load_table(benchmark: str, parse: Callable[[dict[str, Any], str], T]) -> T:
             message = str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)
             raise LampeEvalError(f"{where}: bad task table: {message}".splitlines()[0]) from err
     return _CACHE[key]
-
-
-def mapping(value: Any, where: str) -> dict[str, Any]:
-    """``value`` as a mapping (None: empty), else a one-line error naming ``where``."""
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise LampeEvalError(f"{where} must be a mapping")
-    return value

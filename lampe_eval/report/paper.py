@@ -36,8 +36,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from .. import resources
 from ..benchmarks.base import Metric, metric_of
 from ..errors import LampeEvalError, unknown
@@ -56,14 +54,8 @@ def load_paper_table(name: str) -> dict[str, Any]:
         path = resources.listing("paper_tables", ".yaml").get(name)
     if path is None:
         raise unknown("paper table", name, paper_table_names())
-    where = resources.display(path)
-    try:
-        spec = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as err:
-        raise LampeEvalError(f"{where}: not valid YAML: {err}".splitlines()[0]) from err
-    if not isinstance(spec, dict):
-        raise LampeEvalError(f"{where}: expected a mapping")
-    validate_spec(spec, where)
+    spec = resources.read_yaml(path)
+    validate_spec(spec, resources.display(path))
     return spec
 
 

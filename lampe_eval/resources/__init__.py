@@ -21,7 +21,11 @@ import os
 from importlib.resources import files
 from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import TypeAlias
+from typing import Any, TypeAlias
+
+import yaml
+
+from ..errors import LampeEvalError
 
 HOME_ENV = "LAMPE_EVAL_HOME"
 
@@ -58,6 +62,29 @@ def listing(folder: str, suffix: str) -> dict[str, Resource]:
                 if entry.name.endswith(suffix) and entry.is_file():
                     out[entry.name[: -len(suffix)]] = entry
     return dict(sorted(out.items()))
+
+
+def read_yaml(resource: Resource | Path) -> dict[str, Any]:
+    """A YAML file whose top level is a mapping (empty: {}); anything else is one line naming the file."""
+    where = display(resource)
+    try:
+        data = yaml.safe_load(resource.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as err:
+        raise LampeEvalError(f"{where}: not valid YAML: {err}".splitlines()[0]) from err
+    except OSError as err:
+        raise LampeEvalError(f"{where}: cannot read it ({err.strerror or err})") from err
+    if not isinstance(data, dict):
+        raise LampeEvalError(f"{where}: expected a mapping at the top level")
+    return data
+
+
+def mapping(value: Any, where: str) -> dict[str, Any]:
+    """``value`` as a mapping (None: empty), else a one-line error naming ``where``."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise LampeEvalError(f"{where} must be a mapping")
+    return value
 
 
 def display(resource: Resource | Path | str) -> str:

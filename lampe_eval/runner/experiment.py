@@ -38,8 +38,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from .. import resources
 from ..errors import LampeEvalError
 from ..lengths import parse_lengths
@@ -134,12 +132,7 @@ class ExperimentSpec:
     def from_file(cls, name: str | Path) -> ExperimentSpec:
         found = find_experiment(name)
         where = resources.display(found)
-        try:
-            data = yaml.safe_load(found.read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError as err:
-            raise LampeEvalError(f"{where}: not valid YAML: {err}".splitlines()[0]) from err
-        if not isinstance(data, dict):
-            raise LampeEvalError(f"{where}: expected a mapping of experiment keys")
+        data = resources.read_yaml(found)
         unknown_keys = sorted(set(map(str, data)) - set(TOP_KEYS))
         if unknown_keys:
             raise LampeEvalError(f"{where}: unknown experiment key(s): {', '.join(unknown_keys)}")

@@ -58,6 +58,7 @@ from ...generation import prompt_token_count
 from ...models import LoadedModel, cache_dir
 from ...options import Option
 from ..base import BENCHMARKS, Benchmark, Metric, Sample, SampleContext
+from ..datafiles import FIXTURE_OPTION
 from ..sample_cache import cached_lines, tokenizer_fingerprint
 from .config import InfiniteBenchConfig, TaskSpec, load_config
 from .data import Record, fill_template, find_task_file, fixture_file, gold, hub_records, read_jsonl
@@ -203,7 +204,7 @@ class InfiniteBench(Benchmark):
     options = (
         Option("template", str, None, "template family: yarn_mistral (default) or gpt4 (chat-style)"),
         Option("chat_template", bool, None, "use the chat template (default: only for chat-style templates)"),
-        Option("fixture", bool, False, "the tiny hand-written fixture (smoke tests, not numbers)"),
+        FIXTURE_OPTION,
         Option("source", str, "auto", "where records come from", choices=SOURCES),
         Option("dataset", str, None, "datasets id (default xinrongzhang2022/InfiniteBench)"),
         Option("num_samples", int, None, "generated tasks: samples without --limit (official counts)", False),
