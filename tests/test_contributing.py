@@ -75,13 +75,13 @@ def test_the_method_of_contributing_is_exact_against_the_oracle(contributed):
     from tests.test_methods_exact import WINDOW, D, base
 
     rng = random.Random(0)
-    for length in (5, 60, 200):
+    for length in (5, 33, 70):  # short, and past w (<= 40)
         method = create_method("clip", WINDOW, 4 * WINDOW, window=rng.randint(1, 40))
         plan = method.plan(base(), length, length)
         _, owner = relative_positions(plan, 0, length, length)
         assert ((owner >= 0) == torch.ones(length, length, dtype=torch.bool).tril()).all()
         q, k, v = torch.randn(1, 4, length, D), torch.randn(1, 2, length, D), torch.randn(1, 2, length, D)
-        fast = segmented_attention(q, k, v, plan, 0, D**-0.5, block=32)
+        fast = segmented_attention(q, k, v, plan, 0, D**-0.5, block=64)
         assert (fast - oracle_attention(q, k, v, plan, 0, D**-0.5)).abs().max() <= 1e-4
     assert create_method("clip", 8192, 16384).params() == {"window": 2048}
 
@@ -89,13 +89,13 @@ def test_the_method_of_contributing_is_exact_against_the_oracle(contributed):
 def test_the_benchmark_of_contributing_runs_and_reports(contributed, smollm2, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(lampe_eval.models, "load_model", lambda name, **kw: smollm2)
     out = tmp_path / "R"
-    args = ["run", "--bench", "capitals", "--method", "rope,clip", "--len", "1k", "--opt", "fixture=true"]
+    args = ["run", "--bench", "capitals", "--method", "clip", "--len", "1k", "--opt", "fixture=true"]
     with pytest.raises(SystemExit) as info:
         main([*args, "--limit", "2", "--out", str(out), "--no-progress"])
     stdout, stderr = capsys.readouterr()
     assert info.value.code == 0 and not stderr, stderr
     records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
-    assert len(records) == 4 and {r["method"] for r in records} == {"rope", "clip"}
+    assert len(records) == 2 and {r["method"] for r in records} == {"clip"}
     assert all(set(r["scores"]) == {"match"} for r in records)
     assert records[0]["meta"]["data_source"] == "fixture:fixtures/capitals/europe.jsonl"
     with pytest.raises(SystemExit) as info:
