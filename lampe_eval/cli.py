@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
@@ -18,6 +18,10 @@ from rich.text import Text
 
 from .errors import LampeEvalError
 from .lengths import format_length, parse_lengths
+
+if TYPE_CHECKING:
+    from .runner.experiment import ExperimentSpec
+    from .runner.jobs import Job
 
 app = typer.Typer(
     add_completion=False,
@@ -242,7 +246,7 @@ def grid_spec(
     task: list[str] | None,
     length: list[str] | None,
     param: list[str] | None,
-) -> Any:
+) -> ExperimentSpec:
     """The ``run`` grid options as an experiment spec (checked by its ``build``)."""
     from .runner.experiment import DEFAULT_MODEL, ExperimentSpec, GridSpec
 
@@ -263,7 +267,7 @@ def grid_spec(
     return ExperimentSpec(name="default", grids=[grid])
 
 
-def show_results(jobs: list[Any], summaries: dict[str, dict[str, float]]) -> None:
+def show_results(jobs: list[Job], summaries: dict[str, dict[str, float]]) -> None:
     from .benchmarks.summaries import summary_tables  # LongBench categories, L-Eval average
 
     table = Table(title="Results", title_justify="left")

@@ -383,3 +383,16 @@ def test_a_report_never_averages_samples_of_different_data(tmp_path, capsys, tin
     )
     board = (tmp_path / "R" / "report" / "leaderboard.csv").read_text().splitlines()
     assert len(board) == 2 and board[1].split(",")[board[0].split(",").index("samples")] == "1"
+
+
+def test_an_option_applies_to_every_sub_grid_whose_benchmark_declares_it(tmp_path, capsys, no_model):
+    path = tmp_path / "exp.yaml"
+    grid = (
+        "  - {{models: [smollm2-135m], methods: [rope], benchmarks: {{{bench}: default}}, lengths: [1k]}}\n"
+    )
+    path.write_text(
+        "options: {pg19_per_doc: 2}\ngrid:\n" + grid.format(bench="pg19") + grid.format(bench="ruler")
+    )
+    code, out, err = cli(capsys, "run", "-e", str(path), "--out", str(tmp_path / "R"), "--dry-run")
+    assert code == 0 and not err, err
+    assert "pg19/pg19 | 1k | pg19_per_doc=2" in out and "ruler/vt | 1k  [" in out

@@ -178,10 +178,11 @@ class ExperimentSpec:
         data_dir = os.path.abspath(os.path.expanduser(self.data_dir)) if self.data_dir else None
         if not self.grids:
             raise LampeEvalError(f"experiment {self.name!r} has no grid")
+        tasks = [resolve_tasks(grid.benchmarks) for grid in self.grids]
+        # an option applies to every benchmark of the experiment that declares it
+        per_benchmark = options_by_benchmark([b for pairs in tasks for b, _ in pairs], self.options)
         jobs: list[Job] = []
-        for grid in self.grids:
-            bench_tasks = resolve_tasks(grid.benchmarks)
-            per_benchmark = options_by_benchmark([b for b, _ in bench_tasks], self.options)
+        for grid, bench_tasks in zip(self.grids, tasks, strict=True):
             methods = [(name, typed_params(name, params)) for name, params in grid.methods]
             if settings.load is None:
                 check_models(grid.models)
