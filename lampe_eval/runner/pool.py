@@ -10,7 +10,9 @@ appended to the store and turned into a light ``sample`` event:
 - ``RayHandle`` (:mod:`.ray_backend`): a Ray actor; records stream back and the driver writes them.
 
 :func:`drive` runs an inline handle in the main thread (Ctrl-C interrupts at once) and several
-handles with one driver thread each, pulling from one :class:`~.scheduler.Scheduler`.
+handles with one driver thread each, pulling from one :class:`~.scheduler.Scheduler`. When every
+pending job is claimed by another run, a worker emits ``{"event": "wait", "message": line}`` and looks
+again after :data:`WAIT_SECONDS`.
 """
 
 from __future__ import annotations
