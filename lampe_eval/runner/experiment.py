@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import resources
-from ..errors import LampeEvalError
+from ..errors import LampeEvalError, suggestion
 from ..lengths import parse_lengths
 from .jobs import Job, dedupe, expand_grid
 
@@ -135,7 +135,8 @@ class ExperimentSpec:
         data = resources.read_yaml(found)
         unknown_keys = sorted(set(map(str, data)) - set(TOP_KEYS))
         if unknown_keys:
-            raise LampeEvalError(f"{where}: unknown experiment key(s): {', '.join(unknown_keys)}")
+            hint = suggestion(unknown_keys[0], TOP_KEYS)
+            raise LampeEvalError(f"{where}: unknown experiment key(s): {', '.join(unknown_keys)}{hint}")
         key = Keys(data, where)
         if "grid" in data:
             entries = key.get("grid", list, "a list of sub-grids")
@@ -248,7 +249,8 @@ def _names(value: Any, what: str, where: str) -> list[str]:
 def grid_from_mapping(entry: Mapping[str, Any], where: str) -> GridSpec:
     unknown_keys = sorted(set(map(str, entry)) - set(GRID_KEYS))
     if unknown_keys:
-        raise LampeEvalError(f"{where}: unknown experiment grid key(s): {', '.join(unknown_keys)}")
+        hint = suggestion(unknown_keys[0], GRID_KEYS)
+        raise LampeEvalError(f"{where}: unknown experiment grid key(s): {', '.join(unknown_keys)}{hint}")
     methods: list[tuple[str, dict[str, Any]]] = []
     raw_methods = entry.get("methods")
     for item in raw_methods if isinstance(raw_methods, list) else _names(raw_methods, "methods", where):
