@@ -4,7 +4,7 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 TORCH   ?= torch==2.13.0
 
-.PHONY: setup corpus test test-fast lint demo bench clean
+.PHONY: setup corpus test test-fast lint typecheck demo bench clean
 
 setup: $(BIN)/lampe-eval corpus
 
@@ -38,6 +38,10 @@ lint: setup
 	$(BIN)/ruff check lampe_eval tests benchmarks
 	$(BIN)/ruff format --check lampe_eval tests benchmarks
 
+# mypy over the package (configuration and scope in pyproject.toml)
+typecheck: setup
+	$(BIN)/mypy
+
 demo: setup
 	$(BIN)/lampe-eval list
 	$(BIN)/lampe-eval run --model smollm2-135m --method rope,lampe --bench pg19 --len 4k,12k --limit 2
@@ -46,11 +50,11 @@ bench: setup
 	$(BIN)/python benchmarks/attention_speed.py
 
 # ------------------------------------------------------------------ reproducing the paper's tables
-# `make table-ppl` etc. run the paper's grid (experiments/<target>.yaml; GPU, model weights from the
+# `make table-ppl` etc. run the paper's grid (the packaged experiment <target>; GPU, model weights from the
 # hub) into results/<target>/ and write the tables next to the paper's numbers, with the difference,
 # into results/<target>/report/ (paper-<name>.md/.csv, tables, leaderboard.csv, plots). Reruns resume.
 # The *-smoke variants run the same pipeline on the embedded SmolLM2-135M, CPU-sized (--limit 1).
-RUN     = $(BIN)/lampe-eval run --no-progress --experiment experiments/$(1).yaml
+RUN     = $(BIN)/lampe-eval run --no-progress --experiment $(1)
 REPORT  = $(BIN)/lampe-eval report results/$(1) --paper $(2) --format md,csv $(3)
 
 table1: setup
@@ -82,4 +86,4 @@ table-ppl-smoke: setup
 smoke: table-ppl-smoke table-ruler-smoke table1-smoke table2-smoke
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache

@@ -1,17 +1,27 @@
-"""The ``lampe-eval`` command line (typer + rich)."""
+"""The ``lampe-eval`` command line (typer + rich): ``list``, ``run``, ``report`` and ``fit``.
+
+Every command turns its options into the objects the library takes (``run`` and ``fit`` an
+:class:`~lampe_eval.runner.experiment.Experiment`) and prints; errors a user can cause are one line on
+stderr (``error: ...``, never wrapped) with exit code 2, before any model loads.
+"""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from .errors import LampeEvalError
 from .lengths import format_length, parse_lengths
+
+if TYPE_CHECKING:
+    from .runner.experiment import ExperimentSpec
+    from .runner.jobs import Job
 
 app = typer.Typer(
     add_completion=False,
@@ -23,9 +33,15 @@ console = Console()
 err_console = Console(stderr=True)
 
 
+def say_error(label: str, message: str) -> None:
+    """``label message`` on one stderr line: never wrapped, never read as markup."""
+    line = Text.assemble((label, "bold red"), " ", message.replace("\n", " "))
+    err_console.print(line, soft_wrap=True, highlight=False)
+
+
 def fail(message: str) -> None:
-    """One-line error, non-zero exit."""
-    err_console.print(f"[bold red]error:[/] {message}", soft_wrap=True, highlight=False)
+    """One-line error, exit code 2."""
+    say_error("error:", message)
     raise typer.Exit(2)
 
 
@@ -36,21 +52,21 @@ def split_list(values: list[str] | None) -> list[str]:
     return out
 
 
-def parse_key_values(values: list[str] | None, what: str) -> dict[str, Any]:
-    import yaml
-
-    out: dict[str, Any] = {}
+def parse_key_values(values: list[str] | None, what: str) -> dict[str, str]:
+    """``key=value`` pairs as text; the declared type of each key parses its value."""
+    out: dict[str, str] = {}
     for item in values or []:
-        if "=" not in item:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
             raise LampeEvalError(f"bad {what} {item!r}: use key=value")
-        key, raw = item.split("=", 1)
-        out[key.strip()] = yaml.safe_load(raw)
+        out[key.strip()] = raw.strip()
     return out
 
 
+# ------------------------------------------------------------------------------------------- list
 @app.command("list")
 def list_command() -> None:
-    """List methods (with their parameters), benchmarks (with tasks) and model presets.
+    """List methods (with their parameters), benchmarks (with tasks and options) and model presets.
 
     Example: lampe-eval list
     """
@@ -78,6 +94,16 @@ def list_command() -> None:
         benches.add_row(name, ", ".join(bench.tasks()), bench.summary)
     console.print(benches)
 
+    options = Table(title="Benchmark options (--opt name=value)", title_justify="left")
+    for column in ("benchmark", "option", "type", "default", "changes results", "what it does"):
+        options.add_column(column, no_wrap=column in ("benchmark", "option"), overflow="fold")
+    for name in BENCHMARKS.names():
+        for option in BENCHMARKS.get(name).options:
+            default = "-" if option.default is None else str(option.default)
+            changes = "yes" if option.affects_results else "no"
+            options.add_row(name, option.name, option.type_name(), default, changes, option.help)
+    console.print(options)
+
     presets = Table(title="Model presets", title_justify="left")
     for column in ("name", "source", "pretraining window", "chat template"):
         presets.add_column(column)
@@ -91,6 +117,7 @@ def list_command() -> None:
     console.print(presets)
 
 
+# -------------------------------------------------------------------------------------------- run
 @app.command("run")
 def run_command(
     model: list[str] = typer.Option(
@@ -103,13 +130,16 @@ def run_command(
     bench: list[str] = typer.Option(None, "--bench", "-b", help="Benchmark name(s), e.g. ruler, pg19."),
     task: list[str] = typer.Option(None, "--task", "-t", help="Task(s) of the benchmark (default: all)."),
     length: list[str] = typer.Option(None, "--len", "-l", help="Context length(s): 4096, 4k, 64K, 128k."),
-    limit: int | None = typer.Option(None, "--limit", "-n", min=1, help="At most N samples per task."),
+    limit: int | None = typer.Option(None, "--limit", "-n", help="At most N samples per task."),
     param: list[str] = typer.Option(
         None, "--param", "-p", help="Method parameter override key=value (repeatable)."
     ),
-    opt: list[str] = typer.Option(None, "--opt", help="Benchmark option key=value (repeatable)."),
-    experiment: Path | None = typer.Option(
-        None, "--experiment", "-e", help="Experiment YAML (named grids) instead of the grid options."
+    opt: list[str] = typer.Option(None, "--opt", help="Benchmark option key=value (repeatable; see list)."),
+    experiment: str | None = typer.Option(
+        None,
+        "--experiment",
+        "-e",
+        help="Experiment YAML file or name (named grids) instead of the grid options.",
     ),
     out: Path | None = typer.Option(
         None, "--out", "-o", help="Results directory, resumable (default results/default or the experiment's)"
@@ -119,7 +149,7 @@ def run_command(
     dtype: str | None = typer.Option(None, help="auto (bf16 on CUDA, fp32 on CPU), fp32, bf16, fp16."),
     data_dir: str | None = typer.Option(None, help="Local data directory for offline benchmark files."),
     workers: int | None = typer.Option(
-        None, "--workers", "-w", min=1, help="Worker processes (default: one per visible GPU, else 1)."
+        None, "--workers", "-w", help="Worker processes (default: one per visible GPU, else 1)."
     ),
     gpus: str | None = typer.Option(None, "--gpus", help="GPUs to use, one worker each, e.g. 0,1,3."),
     ray: bool = typer.Option(False, "--ray", help="Run the workers as Ray actors (one per GPU)."),
@@ -130,7 +160,7 @@ def run_command(
         None, "--import", help="Module(s) to import first, e.g. one registering your own benchmark."
     ),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Live progress bars."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="List the jobs and exit."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Check everything, list the jobs and exit."),
 ) -> None:
     """Run models x methods x benchmarks x lengths; per-sample records go to OUT/records.jsonl.
 
@@ -138,80 +168,113 @@ def run_command(
 
     Example: lampe-eval run --method rope,lampe --bench pg19 --len 4k,12k --limit 2
     """
-    import dataclasses
-
-    from .runner.local import execute
+    from .runner.experiment import ExperimentSpec, RunSettings, prepare_output
+    from .runner.local import run
     from .runner.progress import RunProgress
     from .runner.store import ResultStore
-    from .runner.worker import import_plugins
 
     try:
-        plugins = split_list(imports)
-        import_plugins(plugins)
-        options = parse_key_values(opt, "--opt")
+        for name, value in (("--limit", limit), ("--workers", workers)):
+            if value is not None and value < 1:
+                raise LampeEvalError(f"{name} must be at least 1, got {value}")
+        grid = {"--model": model, "--method": method, "--bench": bench, "--task": task, "--len": length}
         if experiment is not None:
-            from .runner.experiment import load_experiment
-
-            given = [n for n, v in (("--model", model), ("--method", method), ("--bench", bench),
-                     ("--task", task), ("--len", length), ("--param", param)) if v]  # fmt: skip
+            given = [name for name, value in {**grid, "--param": param}.items() if value]
             if given:
                 raise LampeEvalError(f"--experiment defines the grid: drop {', '.join(given)}")
-            exp = load_experiment(experiment)
-            jobs = [
-                dataclasses.replace(
-                    job,
-                    limit=limit if limit is not None else job.limit,
-                    seed=seed if seed is not None else job.seed,
-                )
-                for job in exp.jobs
-            ]
-            out = out or Path(exp.out)
-            plugins += [m for m in exp.imports if m not in plugins]
-            options = {**exp.options, **options}
-            data_dir = data_dir or exp.data_dir
+            spec = ExperimentSpec.from_file(experiment)
         else:
-            jobs = grid_from_options(model, method, bench, task, length, limit, param, seed or 0)
-            out = out or Path("results/default")
-        store = ResultStore(out)
+            spec = grid_spec(model, method, bench, task, length, param)
+        spec = spec.override(
+            limit=limit,
+            seed=seed,
+            out=str(out) if out is not None else None,
+            options=parse_key_values(opt, "--opt"),
+            data_dir=data_dir,
+            imports=split_list(imports),
+        )
+        settings = RunSettings(
+            device=device,
+            dtype=dtype,
+            workers=workers,
+            gpus=tuple(split_list([gpus])) if gpus else None,
+            ray=ray,
+            ray_address=ray_address,
+        )
+        exp = spec.build(settings)
+        store = ResultStore(prepare_output(exp.out))
+        problems = store.problems.summary()
+        if problems:
+            say_error("warning:", f"{store.path}: {problems}; those samples are computed again")
+        for warning in exp.warnings.values():
+            say_error("warning:", warning)
         done = store.done_by_job()
-        resumed = sum(len(done.get(job.key(), ())) for job in jobs)
-        console.print(f"{len(jobs)} job(s) -> {store.path} ({resumed} sample(s) already there)")
+        resumed = sum(len(done.get(job.key(), ())) for job in exp.jobs)
+        console.print(f"{len(exp.jobs)} job(s) -> {store.path} ({resumed} sample(s) already there)")
         if dry_run:
-            for job in jobs:
-                console.print(f"  {job.describe()}  [{job.key()}]", highlight=False, markup=False)
+            for job in exp.jobs:
+                console.print(
+                    f"  {job.describe()}  [{job.key()}]", highlight=False, markup=False, soft_wrap=True
+                )
             return
-        tracker = RunProgress(console, len(jobs), enabled=progress)
+        tracker = RunProgress(console, len(exp.jobs), enabled=progress)
         try:
             with tracker:
-                result = execute(
-                    jobs,
-                    store,
-                    device=device,
-                    dtype=dtype,
-                    data_dir=data_dir,
-                    options=options,
-                    imports=plugins,
-                    workers=workers,
-                    gpus=split_list([gpus]) if gpus else None,
-                    use_ray=ray,
-                    ray_address=ray_address,
-                    on_event=tracker,
-                )
+                result = run(exp, on_event=tracker, store=store)
         except KeyboardInterrupt:
-            err_console.print(
-                f"interrupted: {tracker.samples} new sample(s) this run are saved in {store.path}; "
+            say_error(
+                "interrupted:",
+                f"{tracker.samples} new sample(s) this run are saved in {store.path}; "
                 "rerun the same command to resume",
-                highlight=False,
             )
             raise typer.Exit(130) from None
     except LampeEvalError as err:
         fail(str(err))
         return
+    show_results(exp.jobs, result.summaries)
+    console.print(f"{result.computed} new sample(s), {result.skipped} resumed -> {store.path}")
+    if result.failures:
+        for failure in result.failures:
+            say_error("failed:", f"{failure['describe']}: {failure['error']}")
+        raise typer.Exit(1)
+
+
+def grid_spec(
+    model: list[str] | None,
+    method: list[str] | None,
+    bench: list[str] | None,
+    task: list[str] | None,
+    length: list[str] | None,
+    param: list[str] | None,
+) -> ExperimentSpec:
+    """The ``run`` grid options as an experiment spec (checked by its ``build``)."""
+    from .runner.experiment import DEFAULT_MODEL, ExperimentSpec, GridSpec
+
+    lengths = parse_lengths(length or [])
+    if not bench:
+        raise LampeEvalError("--bench is required (or --experiment FILE)")
+    method_names = split_list(method) or ["rope"]
+    overrides = parse_key_values(param, "--param")
+    if overrides and len(method_names) > 1:
+        raise LampeEvalError("--param applies to one method: run the methods separately")
+    tasks = split_list(task) or None
+    grid = GridSpec(
+        models=split_list(model) or [DEFAULT_MODEL],
+        methods=[(m, overrides) for m in method_names],
+        benchmarks=[(b, tasks) for b in split_list(bench)],
+        lengths=lengths,
+    )
+    return ExperimentSpec(name="default", grids=[grid])
+
+
+def show_results(jobs: list[Job], summaries: dict[str, dict[str, float]]) -> None:
+    from .benchmarks.summaries import summary_tables  # LongBench categories, L-Eval average
+
     table = Table(title="Results", title_justify="left")
     for column in ("model", "method", "benchmark", "task", "length", "scores"):
         table.add_column(column)
     for job in jobs:
-        scores = result.summaries.get(job.key(), {})
+        scores = summaries.get(job.key(), {})
         table.add_row(
             job.model,
             job.method,
@@ -221,53 +284,11 @@ def run_command(
             ", ".join(f"{k}={v:.2f}" for k, v in list(scores.items())[:2]) or "-",
         )
     console.print(table)
-    from .benchmarks.summaries import summary_tables  # LongBench categories, L-Eval average
-
-    for summary in summary_tables(jobs, result.summaries):
+    for summary in summary_tables(jobs, summaries):
         console.print(summary)
-    console.print(f"{result.computed} new sample(s), {result.skipped} resumed -> {store.path}")
-    if result.failures:
-        for failure in result.failures:
-            message = f"{failure['describe']}: {failure['error']}"
-            err_console.print(f"[bold red]failed:[/] {message}", highlight=False)
-        raise typer.Exit(1)
 
 
-def grid_from_options(
-    model: list[str] | None,
-    method: list[str] | None,
-    bench: list[str] | None,
-    task: list[str] | None,
-    length: list[str] | None,
-    limit: int | None,
-    param: list[str] | None,
-    seed: int,
-) -> list:
-    from .benchmarks import get_benchmark
-    from .methods import METHODS
-    from .models import resolve_source
-    from .runner.jobs import expand_grid
-
-    lengths = parse_lengths(length or [])
-    if not bench:
-        raise LampeEvalError("--bench is required (or --experiment FILE)")
-    models = split_list(model) or ["smollm2-135m"]
-    for name in models:
-        resolve_source(name)
-    method_names = split_list(method) or ["rope"]
-    for name in method_names:
-        METHODS.get(name)
-    overrides = parse_key_values(param, "--param")
-    bench_tasks: list[tuple[str, str]] = []
-    for bench_name in split_list(bench):
-        benchmark = get_benchmark(bench_name)
-        tasks = split_list(task) or benchmark.default_tasks()
-        bench_tasks.extend((bench_name, benchmark.check_task(t)) for t in tasks)
-    if overrides and len(method_names) > 1:
-        raise LampeEvalError("--param applies to one method: run the methods separately")
-    return expand_grid(models, [(m, overrides) for m in method_names], bench_tasks, lengths, limit, seed)
-
-
+# ----------------------------------------------------------------------------------------- report
 @app.command("report")
 def report_command(
     results: list[Path] = typer.Argument(..., help="Results directories (searched for records.jsonl)."),
@@ -313,24 +334,15 @@ def report_command(
     except LampeEvalError as err:
         fail(str(err))
         return
+    for warning in report.warnings:
+        say_error("warning:", warning)
     if not quiet and formats[0] != "csv":
         typer.echo(report.text)
     for path in report.files:
         console.print(f"wrote {path}", highlight=False)
 
 
-def main() -> None:
-    try:
-        app()
-    except LampeEvalError as err:
-        err_console.print(f"error: {err}")
-        sys.exit(2)
-
-
-if __name__ == "__main__":
-    main()
-
-
+# -------------------------------------------------------------------------------------------- fit
 @app.command("fit")
 def fit_command(
     model: str = typer.Option("smollm2-135m", "--model", "-m", help="Preset, HF id, local dir or .gguf."),
@@ -343,7 +355,7 @@ def fit_command(
     grid: str | None = typer.Option(
         None, "--grid", help="Explicit mapping lengths, e.g. 1k,2k,4k (overrides --points)."
     ),
-    passages: int = typer.Option(1, "--passages", "-n", min=1, help="PG-19 passages per (l, m)."),
+    passages: int = typer.Option(1, "--passages", "-n", help="PG-19 passages per (l, m)."),
     param: list[str] = typer.Option(
         None, "--param", "-p", help="Other LaMPE parameters, e.g. s1=512, mscale=1."
     ),
@@ -353,77 +365,87 @@ def fit_command(
     fixed_L: float | None = typer.Option(
         None, "--L", help="Keep the sigmoid maximum L fixed (tokens); fit a, b."
     ),
-    out: Path = typer.Option(Path("results/fit"), "--out", "-o", help="Sweep data (resumable) and the plot."),
+    out: Path = typer.Option(
+        Path("results/fit"), "--out", "-o", help="Results directory of the sweep (resumable) and the plot."
+    ),
     config: Path | None = typer.Option(
-        None, help="Config to write (default method_configs/lampe-MODEL.yaml)."
+        None, help="Config to write (default: $LAMPE_EVAL_HOME/method_configs/lampe-MODEL.yaml)."
     ),
     write: bool = typer.Option(True, "--write/--no-write", help="Write the fitted config."),
     device: str | None = typer.Option(None, help="cpu, cuda, cuda:1 (default: cuda if available)."),
     dtype: str | None = typer.Option(None, help="auto (bf16 on CUDA, fp32 on CPU), fp32, bf16, fp16."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Live progress bars."),
 ) -> None:
     """LaMPE's mapping-length sweep (PPL vs m per input length l) and the sigmoid fit m(l) (paper Sec. 3.1).
 
+    The sweep runs as ordinary jobs (lampe with m=... on pg19) into OUT/records.jsonl: resumable, and
+    visible to `lampe-eval report`.
+
     Example: lampe-eval fit --model smollm2-135m --len 4k,8k,12k,16k --points 6 --passages 1
     """
-    import hashlib
-    import json
-
-    from .fit import analyse, plot, run_sweep, summary_lines, write_config
-    from .method_configs import config_path
-    from .methods import create_method
-    from .models import load_model
+    from .fit import FitRequest, run_fit
+    from .runner.progress import RunProgress
 
     try:
-        overrides = parse_key_values(param, "--param")
-        options = parse_key_values(opt, "--opt")
-        grid_values = parse_lengths(grid) if grid else None
-        lm = load_model(model, device=device, dtype=dtype)
-        window = lm.pretraining_window
-        lengths = parse_lengths(length) if length else [window, window * 3 // 2, 2 * window, 3 * window]
-        lampe_params = create_method("lampe", window, max(lengths), **overrides).params()
-        tag = json.dumps([lampe_params, passages, options], sort_keys=True, default=str)
-        sweep_file = out / f"sweep-{Path(model).name}-{hashlib.sha256(tag.encode()).hexdigest()[:8]}.jsonl"
-        console.print(
-            f"sweep -> {sweep_file} (window {window}, lengths {', '.join(map(format_length, lengths))})"
-        )
-
-        def show(point) -> None:
-            console.print(
-                f"  l={format_length(point.length)} m={point.m}: ppl={point.ppl:.3f} "
-                f"(last quarter {point.ppl_last_quarter:.3f}) {point.seconds:.0f}s",
-                highlight=False,
-            )
-
-        sweep = run_sweep(
-            lm,
-            lengths,
-            grid_points=points,
-            grid=grid_values,
+        if passages < 1 or points < 2:
+            raise LampeEvalError("--passages must be at least 1 and --points at least 2")
+        request = FitRequest(
+            model=model,
+            lengths=parse_lengths(length) if length else None,
+            points=points,
+            grid=parse_lengths(grid) if grid else None,
             passages=passages,
-            method_params=overrides,
-            options=options,
-            sweep_file=sweep_file,
-            on_point=show,
+            params=parse_key_values(param, "--param"),
+            options=parse_key_values(opt, "--opt"),
+            fixed_L=fixed_L,
+            out=out,
+            config=config,
+            write=write,
+            device=device,
+            dtype=dtype,
+            command=" ".join(["lampe-eval", *sys.argv[1:]]) if sys.argv[1:2] == ["fit"] else "",
         )
-        report = analyse(model, window, int(lampe_params["s1"]), int(lampe_params["s2"]), sweep, L=fixed_L)
-        for line in summary_lines(report):
-            console.print(line, highlight=False)
-        extra = {
-            "command": " ".join(
-                ["lampe-eval fit --model", model, "--len", ",".join(map(format_length, lengths))]
-                + (["--grid", grid] if grid else ["--points", str(points)])
-                + ["--passages", str(passages)]
-                + [f"--param {p}" for p in param or []]
-                + [f"--opt {o}" for o in opt or []]
-                + ([f"--L {fixed_L}"] if fixed_L is not None else [])
-            ),
-            "passages": passages,
-            "mscale": lampe_params.get("mscale"),
-            "pg19_options": options,
-        }
-        console.print(f"plot -> {plot(report, out / f'lampe-{Path(model).name}.png')}")
-        if write:
-            target = config or config_path("lampe", model)
-            console.print(f"config -> {write_config(target, report, extra)}")
+        tracker: RunProgress | None = None
+
+        def start(jobs: int) -> RunProgress:
+            nonlocal tracker
+            tracker = RunProgress(console, jobs, enabled=progress)
+            return tracker
+
+        outcome = run_fit(request, progress=start, echo=lambda line: console.print(line, highlight=False))
+    except KeyboardInterrupt:
+        saved = tracker.samples if tracker else 0
+        say_error(
+            "interrupted:", f"{saved} new sample(s) are saved in {out}; rerun the same command to resume"
+        )
+        raise typer.Exit(130) from None
     except LampeEvalError as err:
         fail(str(err))
+        return
+    if outcome.failures:
+        for failure in outcome.failures:
+            say_error("failed:", f"{failure['describe']}: {failure['error']}")
+        raise typer.Exit(1)
+
+
+# ------------------------------------------------------------------------------------------- main
+def main(argv: list[str] | None = None) -> None:
+    """The console script: every error a user can cause is one line (typer's usage errors too)."""
+    try:
+        code = app(args=argv, prog_name="lampe-eval", standalone_mode=False)
+    except LampeEvalError as err:
+        say_error("error:", str(err))
+        sys.exit(2)
+    except Exception as err:
+        if not (hasattr(err, "format_message") and hasattr(err, "exit_code")):
+            raise  # a bug: show the traceback
+        if type(err).__name__ == "NoArgsIsHelpError":  # `lampe-eval` alone: the help
+            typer.echo(err.format_message())
+            sys.exit(0)
+        say_error("error:", err.format_message())  # a usage error (unknown option, bad value)
+        sys.exit(err.exit_code)
+    sys.exit(code or 0)
+
+
+if __name__ == "__main__":
+    main()

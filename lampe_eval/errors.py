@@ -1,5 +1,10 @@
 """User-facing errors: the CLI prints their message on one line and exits non-zero."""
 
+from __future__ import annotations
+
+import difflib
+from collections.abc import Sequence
+
 
 class LampeEvalError(Exception):
     """Base class for errors caused by bad input (not bugs)."""
@@ -20,6 +25,18 @@ class MissingDataError(LampeEvalError):
     """A dataset or file that a benchmark needs is not available."""
 
 
-def unknown(kind: str, name: str, known: list[str] | tuple[str, ...]) -> UnknownNameError:
-    """An UnknownNameError that lists what is available."""
+def suggestion(name: str, known: Sequence[str]) -> str:
+    """``"; did you mean X?"`` for the closest known name, or "" when none is close."""
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.5)
+    if not close:
+        lowered = {k.lower(): k for k in known}
+        close = [lowered[name.lower()]] if name.lower() in lowered else []
+    return f"; did you mean {close[0]}?" if close else ""
+
+
+def unknown(kind: str, name: str, known: Sequence[str]) -> UnknownNameError:
+    """An UnknownNameError with the closest known name, else the list of what is available."""
+    hint = suggestion(name, known)
+    if hint:
+        return UnknownNameError(f"unknown {kind} {name!r}{hint}")
     return UnknownNameError(f"unknown {kind} {name!r}; choose one of: {', '.join(sorted(known))}")

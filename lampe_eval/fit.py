@@ -8,15 +8,17 @@ picks the optimal m per l. Then m(l) = L / (1 + exp(-(a*l + b))) is fitted to th
 sweep data. The paper's two observations are checked as data: a V-shaped PPL(m) for short inputs
 (minimum strictly inside the grid) and a monotonically decreasing one for long inputs.
 
-Every measured point is appended to ``OUT/sweep-<model>.jsonl`` as soon as it exists, so an interrupted
-sweep resumes where it stopped.
+The sweep runs through the runner as ordinary jobs (``lampe`` with ``m=...`` and
+``identity_within_window=false`` on ``pg19``): every passage is a record in ``OUT/records.jsonl`` with its
+provenance, an interrupted or staged sweep resumes, ``lampe-eval report`` sees the points, and the fit
+reads them back from the store (``OUT/sweep-<model>-<tag>.jsonl`` lists the points it used).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -177,87 +179,179 @@ def fit_sigmoid(
 
 
 # ---------------------------------------------------------------------------------------------- sweep
-def _point_key(length: int, m: int) -> str:
-    return f"{length}:{m}"
+@dataclass
+class FitRequest:
+    """What ``lampe-eval fit`` was asked (parameters and options as text or YAML data; checked here)."""
+
+    model: str
+    lengths: list[int] | None = None  # default: 1, 1.5, 2 and 3 x the window
+    points: int = 6
+    grid: list[int] | None = None  # explicit mapping lengths (overrides points)
+    passages: int = 1
+    params: dict[str, Any] = field(default_factory=dict)  # other LaMPE parameters
+    options: dict[str, Any] = field(default_factory=dict)  # PG-19 options
+    fixed_L: float | None = None
+    out: Path = Path("results/fit")
+    config: Path | None = None
+    write: bool = True
+    device: str | None = None
+    dtype: str | None = None
+    command: str = ""
 
 
-def read_sweep(path: Path) -> list[SweepPoint]:
-    if not path.is_file():
-        return []
-    points = []
-    for line in path.read_text().splitlines():
-        if line.strip():
-            points.append(SweepPoint(**json.loads(line)))
-    return points
+@dataclass
+class FitOutcome:
+    report: FitReport | None
+    failures: list[dict[str, Any]]
+    files: list[Path] = field(default_factory=list)
 
 
-def run_sweep(
-    lm: Any,
-    lengths: Sequence[int],
-    *,
-    grid_points: int = 6,
-    grid: Sequence[int] | None = None,
-    passages: int = 1,
-    method_params: dict[str, Any] | None = None,
-    options: dict[str, Any] | None = None,
-    sweep_file: Path | None = None,
-    on_point: Callable[[SweepPoint], None] | None = None,
-) -> list[SweepPoint]:
-    """Measure PPL for every (l, m) of the grid; new points are appended to ``sweep_file``.
+SWEEP_FIXED = ("m", "identity_within_window")  # what the sweep sets itself
 
-    Every point already in ``sweep_file`` for a requested length is reused and returned, also when its m
-    is not on this grid (so sweeps run in stages with different grids add up).
-    """
-    from .benchmarks import SampleContext
-    from .benchmarks.pg19 import PG19
-    from .methods import apply_method, create_method
 
-    window = lm.pretraining_window
-    params = {k: v for k, v in (method_params or {}).items() if k not in ("m", "identity_within_window")}
-    done = {_point_key(p.length, p.m): p for p in read_sweep(sweep_file)} if sweep_file else {}
-    bench = PG19()
-    out: list[SweepPoint] = []
-    for length in lengths:
-        ms = (
-            sorted({min(int(m), length) for m in grid}) if grid else mapping_grid(window, length, grid_points)
+@dataclass(frozen=True)
+class Sweep:
+    """The identity of a sweep: the model, LaMPE's other (typed) parameters, the PG-19 options and the
+    passages per point. Its jobs are LaMPE with a fixed m (also inside the window) on PG-19."""
+
+    model: str
+    params: dict[str, Any]
+    options: dict[str, Any]
+    passages: int
+
+    def jobs(self, length: int, ms: Sequence[int]) -> list[Any]:
+        from .runner.jobs import expand_grid
+
+        methods = [("lampe", {**self.params, "m": int(m), "identity_within_window": False}) for m in ms]
+        pg19 = [("pg19", "pg19")]
+        options = {"pg19": self.options}
+        return expand_grid(
+            [self.model], methods, pg19, [length], self.passages, use_configs=False, options=options
         )
-        todo = [m for m in ms if _point_key(length, m) not in done]
-        samples = []
-        if todo:
-            ctx = SampleContext(lm=lm, length=length, limit=passages, options=dict(options or {}))
-            samples = list(bench.samples("pg19", ctx))
-        cached = sorted({p.m for p in done.values() if p.length == length} | set(ms))
-        for m in cached:
-            key = _point_key(length, m)
-            if key in done:
-                out.append(done[key])
-                continue
-            method = create_method("lampe", window, length, m=m, identity_within_window=False, **params)
-            start = time.perf_counter()
-            scores = []
-            with apply_method(lm.model, method, window=window):
-                for sample in samples:
-                    scores.append(bench.score(sample, bench.evaluate(lm, sample, ctx)))
-            agg = bench.aggregate("pg19", scores)
-            point = SweepPoint(
-                length=length,
-                m=m,
-                ppl=agg["ppl"],
-                ppl_last_quarter=agg["ppl_last_quarter"],
-                nll=agg["nll"],
-                tokens=int(agg["tokens"]),
-                passages=len(scores),
-                seconds=time.perf_counter() - start,
+
+    def points(self, store: Any, lengths: Sequence[int]) -> list[SweepPoint]:
+        """Every complete (l, m) point of this sweep in the store: the requested lengths, any m (stages
+        with other grids add up)."""
+        from .benchmarks.base import aggregate
+
+        records = store.unique_records()
+        candidates = set()
+        for record in records:
+            m = (record.get("method_params") or {}).get("m")
+            mine = (record.get("model"), record.get("method"), record.get("benchmark")) == (
+                self.model,
+                "lampe",
+                "pg19",
             )
-            if sweep_file:
-                sweep_file.parent.mkdir(parents=True, exist_ok=True)
-                with sweep_file.open("a") as f:
-                    f.write(json.dumps(asdict(point)) + "\n")
-            done[key] = point
-            out.append(point)
-            if on_point:
-                on_point(point)
-    return out
+            if mine and isinstance(m, int) and m > 0 and record.get("length") in lengths:
+                candidates.add((record["length"], m))
+        by_key = {self.jobs(length, [m])[0].key(): (length, m) for length, m in candidates}
+        grouped: dict[tuple[int, int], list[dict[str, Any]]] = {}
+        for record in records:
+            point = by_key.get(record.get("job_key", ""))
+            if point is not None and record["index"] < self.passages:
+                grouped.setdefault(point, []).append(record)
+        out = []
+        for (length, m), items in sorted(grouped.items()):
+            if len(items) < self.passages:
+                continue  # an unfinished point (interrupted run): the next run completes it
+            items.sort(key=lambda r: r["index"])
+            agg = aggregate("pg19", "pg19", [r["scores"] for r in items])
+            out.append(
+                SweepPoint(
+                    length=length,
+                    m=m,
+                    ppl=agg["ppl"],
+                    ppl_last_quarter=agg["ppl_last_quarter"],
+                    nll=agg["nll"],
+                    tokens=int(agg["tokens"]),
+                    passages=len(items),
+                    seconds=sum(float(r.get("seconds") or 0.0) for r in items),
+                )
+            )
+        return out
+
+    def file_name(self, lampe_params: dict[str, Any]) -> str:
+        tag = json.dumps([lampe_params, self.passages, self.options], sort_keys=True, default=str)
+        return f"sweep-{Path(self.model).name}-{hashlib.sha256(tag.encode()).hexdigest()[:8]}.jsonl"
+
+
+def run_fit(
+    request: FitRequest,
+    *,
+    progress: Callable[[int], Any] | None = None,
+    echo: Callable[[str], None] = print,
+) -> FitOutcome:
+    """The sweep as ordinary runner jobs (resumable, provenance-stamped records in ``out``), then the fit
+    from the stored records, the plot and the config. Inputs are checked before the model loads."""
+    from contextlib import nullcontext
+
+    from .benchmarks.base import options_by_benchmark
+    from .method_configs import config_path
+    from .methods import METHODS, create_method
+    from .models import load_model
+    from .runner.experiment import Experiment, RunSettings, prepare_output
+    from .runner.local import run
+    from .runner.store import RECORDS_FILE, ResultStore
+
+    fixed = [k for k in request.params if k in SWEEP_FIXED]
+    if fixed:
+        raise LampeEvalError(f"fit sets {', '.join(fixed)} itself: drop --param {fixed[0]}")
+    params = METHODS.get("lampe").typed_params(request.params)
+    options = options_by_benchmark(["pg19"], request.options)["pg19"]
+    out = prepare_output(request.out)
+    lm = load_model(request.model, device=request.device, dtype=request.dtype)
+    window = lm.pretraining_window
+    lengths = request.lengths or [window, window * 3 // 2, 2 * window, 3 * window]
+    lampe_params = create_method("lampe", window, max(lengths), **params).params()
+    sweep = Sweep(request.model, params, options, request.passages)
+    jobs = []
+    for length in lengths:
+        grid = request.grid
+        ms = sorted({min(m, length) for m in grid}) if grid else mapping_grid(window, length, request.points)
+        jobs += sweep.jobs(length, ms)
+    for job in jobs:
+        create_method("lampe", window, job.length, **job.method_params)
+    sweep_file = out / sweep.file_name(lampe_params)
+    echo(f"sweep -> {out / RECORDS_FILE} (window {window}, lengths {', '.join(map(format_length, lengths))})")
+    experiment = Experiment(
+        name=f"fit-{Path(request.model).name}",
+        jobs=jobs,
+        out=str(out),
+        limit=request.passages,
+        options=options,
+        settings=RunSettings(device=request.device, dtype=request.dtype, load=lambda name: lm),
+    )
+    tracker = progress(len(jobs)) if progress else None
+    with tracker or nullcontext():
+        result = run(experiment, on_event=tracker)
+    points = sweep.points(ResultStore(out), lengths)
+    sweep_file.write_text("".join(json.dumps(asdict(p)) + "\n" for p in points))
+    for point in points:
+        echo(
+            f"  l={format_length(point.length)} m={point.m}: ppl={point.ppl:.3f} "
+            f"(last quarter {point.ppl_last_quarter:.3f}) {point.seconds:.0f}s"
+        )
+    if result.failures:
+        return FitOutcome(None, result.failures, [sweep_file])
+    report = analyse(
+        request.model, window, int(lampe_params["s1"]), int(lampe_params["s2"]), points, L=request.fixed_L
+    )
+    for line in summary_lines(report):
+        echo(line)
+    extra = {
+        "command": request.command,
+        "passages": request.passages,
+        "mscale": lampe_params.get("mscale"),
+        "pg19_options": options,
+    }
+    files = [sweep_file, plot(report, out / f"lampe-{Path(request.model).name}.png")]
+    echo(f"plot -> {files[-1]}")
+    if request.write:
+        target = request.config or config_path("lampe", request.model)
+        files.append(write_config(target, report, extra))
+        echo(f"config -> {files[-1]}")
+    return FitOutcome(report, [], files)
 
 
 def analyse(

@@ -1,4 +1,6 @@
-"""Per-model method settings: ``method_configs/<method>-<model>.yaml``.
+"""Per-model method settings: ``method_configs/<method>-<model>.yaml`` (package data; a file of the same
+name in the user directory ``$LAMPE_EVAL_HOME/method_configs/`` wins, see :mod:`lampe_eval.resources`;
+``$LAMPE_EVAL_METHOD_CONFIGS`` names one directory to use instead of both).
 
 A file holds the method's hyperparameters for that model, optionally per target length and per
 benchmark (the paper's baselines depend on both: SelfExtend's G at 16K vs 25K, YaRN's factor =
@@ -28,48 +30,54 @@ import os
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from . import resources
 from .errors import LampeEvalError
 from .lengths import BadLengthError, parse_length
+from .resources import mapping
+
+ENV = "LAMPE_EVAL_METHOD_CONFIGS"
 
 
 def config_dir() -> Path:
-    env = os.environ.get("LAMPE_EVAL_METHOD_CONFIGS")
+    """``$LAMPE_EVAL_METHOD_CONFIGS``, else the configs shipped with the package."""
+    env = os.environ.get(ENV)
     if env:
         return Path(env)
-    return Path(__file__).resolve().parent.parent / "method_configs"
+    shipped = resources.packaged("method_configs")
+    return shipped if isinstance(shipped, Path) else Path(str(shipped))
+
+
+def file_name(method: str, model: str) -> str:
+    return f"{method}-{model}.yaml"
+
+
+def find_config(method: str, model: str) -> resources.Resource | None:
+    """The config file a run reads for (method, model), or None."""
+    name = file_name(method, model)
+    env = os.environ.get(ENV)
+    if env:
+        path = Path(env) / name
+        return path if path.is_file() else None
+    return resources.find(f"method_configs/{name}")
 
 
 def config_path(method: str, model: str) -> Path:
-    return config_dir() / f"{method}-{model}.yaml"
+    """Where a new config for (method, model) is written (``lampe-eval fit``): the user directory, or
+    ``$LAMPE_EVAL_METHOD_CONFIGS``. Runs read it from there before the packaged one."""
+    env = os.environ.get(ENV)
+    root = Path(env) if env else resources.user_dir() / "method_configs"
+    return root / file_name(method, model)
 
 
 def read_method_config(method: str, model: str) -> dict[str, Any]:
     """The whole YAML mapping of ``<method>-<model>.yaml`` ({} when there is no file)."""
-    path = config_path(method, model)
-    if not path.is_file():
-        return {}
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as err:
-        raise LampeEvalError(f"{path}: not valid YAML: {err}".splitlines()[0]) from err
-    if not isinstance(data, dict):
-        raise LampeEvalError(f"{path}: expected a mapping at the top level")
-    return data
-
-
-def _mapping(value: Any, where: str) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise LampeEvalError(f"{where} must be a mapping")
-    return value
+    path = find_config(method, model)
+    return {} if path is None else resources.read_yaml(path)
 
 
 def _length_entry(table: Any, length: int | None, where: str) -> dict[str, Any]:
     """The ``by_length`` entry that covers ``length`` (see the module docstring)."""
-    table = _mapping(table, where)
+    table = mapping(table, where)
     if not table or length is None:
         return {}
     parsed: list[tuple[int, dict[str, Any]]] = []
@@ -78,7 +86,7 @@ def _length_entry(table: Any, length: int | None, where: str) -> dict[str, Any]:
             tokens = parse_length(key)
         except BadLengthError as err:
             raise LampeEvalError(f"{where}: {err}") from err
-        parsed.append((tokens, _mapping(entry, f"{where}.{key}")))
+        parsed.append((tokens, mapping(entry, f"{where}.{key}")))
     parsed.sort(key=lambda item: item[0])
     for tokens, entry in parsed:
         if tokens >= length:
@@ -90,12 +98,12 @@ def params_from_config(
     data: dict[str, Any], length: int | None = None, benchmark: str | None = None, where: str = "config"
 ) -> dict[str, Any]:
     """Resolve a config mapping for one (length, benchmark); pure, for tests and tools."""
-    out = dict(_mapping(data.get("params"), f"{where}: 'params'"))
+    out = dict(mapping(data.get("params"), f"{where}: 'params'"))
     out.update(_length_entry(data.get("by_length"), length, f"{where}: 'by_length'"))
-    by_bench = _mapping(data.get("by_benchmark"), f"{where}: 'by_benchmark'")
+    by_bench = mapping(data.get("by_benchmark"), f"{where}: 'by_benchmark'")
     if benchmark is not None and benchmark in by_bench:
-        block = _mapping(by_bench[benchmark], f"{where}: 'by_benchmark.{benchmark}'")
-        out.update(_mapping(block.get("params"), f"{where}: 'by_benchmark.{benchmark}.params'"))
+        block = mapping(by_bench[benchmark], f"{where}: 'by_benchmark.{benchmark}'")
+        out.update(mapping(block.get("params"), f"{where}: 'by_benchmark.{benchmark}.params'"))
         out.update(
             _length_entry(block.get("by_length"), length, f"{where}: 'by_benchmark.{benchmark}.by_length'")
         )
@@ -112,4 +120,5 @@ def load_method_params(
     data = read_method_config(method, model)
     if not data:
         return {}
-    return params_from_config(data, length, benchmark, where=str(config_path(method, model)))
+    where = resources.display(find_config(method, model) or "")
+    return params_from_config(data, length, benchmark, where=where)

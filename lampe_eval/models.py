@@ -194,6 +194,22 @@ def resolve_source(name: str) -> tuple[str, ModelPreset | None]:
     raise unknown("model", name, list(PRESETS))
 
 
+def known_window(name: str) -> int | None:
+    """The pretraining window without loading weights: a preset's, or a local model directory's
+    config; None when only loading would tell (a hub id not in the local cache, a GGUF file)."""
+    source, preset = resolve_source(name)
+    if preset is not None:
+        return preset.pretraining_window
+    if source.endswith(".gguf"):
+        return None
+    try:
+        from transformers import AutoConfig
+
+        return window_from_config(AutoConfig.from_pretrained(source, local_files_only=True))
+    except Exception:  # noqa: BLE001 - not readable without the hub, or not a model: the load will say
+        return None
+
+
 def load_model(
     name: str = DEFAULT_MODEL,
     *,

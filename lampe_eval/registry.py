@@ -1,11 +1,14 @@
 """A tiny name -> class registry shared by methods and benchmarks.
 
-Adding a method or a benchmark is one file: define the class, decorate it with its registry's
-``register``, and import the module in the package ``__init__`` so the decorator runs.
+Adding a method or a benchmark is one module: define the class and decorate it with its registry's
+``register``. The packages ``lampe_eval.methods`` and ``lampe_eval.benchmarks`` import every module
+they contain (:func:`import_submodules`), so the decorator runs without editing any list.
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
@@ -15,8 +18,9 @@ T = TypeVar("T")
 
 
 class Registry(Generic[T]):
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, check: Callable[[type[T]], None] | None = None) -> None:
         self.kind = kind
+        self._check = check
         self._items: dict[str, type[T]] = {}
 
     def register(self, name: str) -> Callable[[type[T]], type[T]]:
@@ -24,6 +28,8 @@ class Registry(Generic[T]):
             if name in self._items:
                 raise ValueError(f"{self.kind} {name!r} registered twice")
             cls.name = name  # type: ignore[attr-defined]
+            if self._check is not None:
+                self._check(cls)
             self._items[name] = cls
             return cls
 
@@ -34,8 +40,19 @@ class Registry(Generic[T]):
             raise unknown(self.kind, name, list(self._items))
         return self._items[name]
 
+    def remove(self, name: str) -> None:
+        """Forget a registration (a plugin's, or a test's own)."""
+        self._items.pop(name, None)
+
     def names(self) -> list[str]:
         return list(self._items)
 
     def __contains__(self, name: object) -> bool:
         return name in self._items
+
+
+def import_submodules(package: str, path: list[str]) -> None:
+    """Import every module and sub-package of ``package`` (whose ``__path__`` is ``path``), in name order."""
+    for info in sorted(pkgutil.iter_modules(path), key=lambda m: m.name):
+        if not info.name.startswith("_"):
+            importlib.import_module(f"{package}.{info.name}")

@@ -14,8 +14,9 @@ from typing import Any
 
 import torch
 
-from lampe_eval.benchmarks import BENCHMARKS, Benchmark, Sample, SampleContext
+from lampe_eval.benchmarks import BENCHMARKS, Benchmark, Metric, Sample, SampleContext
 from lampe_eval.models import LoadedModel, tiny_llama
+from lampe_eval.options import Option
 
 WINDOW = 64
 
@@ -49,6 +50,26 @@ def load_stub(name: str) -> LoadedModel:
     )
 
 
+class CharTokenizer:
+    """One token per character (ids 2..127), an optional BOS (1): PG-19 runs on the tiny model."""
+
+    bos_token = None
+    chat_template = None
+
+    def __call__(self, text: str, add_special_tokens: bool = True, **_: Any) -> dict[str, list[int]]:
+        return {"input_ids": [2 + ord(c) % 126 for c in text]}
+
+    def decode(self, ids: list[int], **_: Any) -> str:
+        return "".join(chr(i - 2) for i in ids)
+
+
+def load_tiny_chars(name: str) -> LoadedModel:
+    """The ``load=`` hook (or a stand-in for ``load_model``): a tiny random Llama with a character
+    tokenizer and a 256-token window, whatever the name."""
+    LOADS[0] += 1
+    return LoadedModel(name, tiny_llama(window=256, seed=3), CharTokenizer(), 256, False, {"loads": LOADS[0]})
+
+
 def expected_score(task: str, index: int, length: int) -> float:
     return float((index * 37 + length + len(task)) % 101)
 
@@ -56,19 +77,24 @@ def expected_score(task: str, index: int, length: int) -> float:
 @BENCHMARKS.register("fake")
 class FakeBenchmark(Benchmark):
     summary = "runner test benchmark (not real data)"
+    metrics = (Metric("acc"), Metric("other"))
+    options = (
+        Option("n", int, 6, "samples per task"),
+        Option("delay", float, 0.0, "seconds of sleep per sample", affects_results=False),
+    )
 
     def tasks(self) -> list[str]:
         return ["alpha", "beta"]
 
     def samples(self, task: str, ctx: SampleContext) -> Iterator[Sample]:
-        n = int(ctx.options.get("n", 6))
+        n = self.option_values(ctx)["n"]
         if ctx.limit is not None:
             n = min(n, ctx.limit)
         for i in range(n):
             yield Sample(f"{task}-{i}", task, prompt=str(i), references=[str(i)], meta={"i": i})
 
     def evaluate(self, lm: LoadedModel, sample: Sample, ctx: SampleContext) -> dict[str, Any]:
-        delay = float(ctx.options.get("delay", 0))
+        delay = self.option_values(ctx)["delay"]
         if delay:
             time.sleep(delay)
         tokens = min(ctx.length, 2 * WINDOW)

@@ -1,5 +1,6 @@
-"""A slow run of the fake benchmark, for the kill/resume tests: ``python -m tests.killable_run OUT MODE``
-(MODE: a number of CPU workers, or ``gpus`` for one worker process per pretend GPU 3 and 5).
+"""A slow run of the fake benchmark, for the kill/resume tests: ``python -m tests.killable_run OUT MODE
+[DELAY]`` (MODE: a number of CPU workers, or ``gpus`` for one worker process per pretend GPU 3 and 5;
+DELAY: seconds per sample, which does not change a job's identity).
 
 Prints ``DONE computed skipped`` when it finishes; exits 130 on Ctrl-C (like the CLI).
 """
@@ -8,33 +9,33 @@ from __future__ import annotations
 
 import sys
 
+from lampe_eval.runner.experiment import Experiment
 from lampe_eval.runner.jobs import expand_grid
-from lampe_eval.runner.local import execute
-from lampe_eval.runner.store import ResultStore
+from lampe_eval.runner.local import run
 from tests.fakebench import load_stub
 
 SAMPLES = 5  # per job
 DELAY = 0.15  # seconds per sample
 
 
-def jobs():
+def jobs(delay: float = DELAY):
     return expand_grid(
         ["m1"],
         [("rope", {})],
         [("fake", "alpha"), ("fake", "beta")],
         [96, 128],
         use_configs=False,
+        options={"fake": {"n": SAMPLES, "delay": delay}},
     )
 
 
 def main() -> int:
     out, mode = sys.argv[1], sys.argv[2]
+    delay = float(sys.argv[3]) if len(sys.argv) > 3 else DELAY
     # "gpus": one worker process per (pretend) GPU, as on a multi-GPU machine; else N CPU workers
     where = {"gpus": ["3", "5"]} if mode == "gpus" else {"workers": int(mode)}
     try:
-        result = execute(
-            jobs(), ResultStore(out), load=load_stub, options={"n": SAMPLES, "delay": DELAY}, **where
-        )
+        result = run(Experiment.from_jobs(jobs(delay), out, load=load_stub, **where))
     except KeyboardInterrupt:
         print("INTERRUPTED", flush=True)
         return 130

@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 from lampe_eval.cli import app
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[1] / "lampe_eval" / "resources"
 runner = CliRunner()
 
 

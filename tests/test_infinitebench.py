@@ -33,7 +33,7 @@ from lampe_eval.benchmarks.infinitebench.synthetic import (
 from lampe_eval.errors import LampeEvalError, MissingDataError, UnknownNameError
 from lampe_eval.models import LoadedModel
 
-FIXTURES = Path(__file__).parent / "fixtures" / "infinitebench"
+FIXTURES = Path(__file__).parents[1] / "lampe_eval" / "resources" / "fixtures" / "infinitebench"
 TABLE2 = [
     "longbook_choice_eng",
     "longbook_qa_eng",
@@ -284,7 +284,7 @@ def test_every_fixture_task_builds_prompts_and_truncates_in_the_middle(lm: Loade
         samples = list(bench.samples(task, ctx))
         assert samples, task
         for sample in samples:
-            assert sample.meta["data_source"] == f"fixture:tests/fixtures/infinitebench/{task}.jsonl"
+            assert sample.meta["data_source"] == f"fixture:fixtures/infinitebench/{task}.jsonl"
             assert sample.sample_id.startswith("fixture-")
             assert sample.max_new_tokens == OFFICIAL_MAX_NEW_TOKENS[task]
             tokens = len(lm.tokenizer(sample.prompt, add_special_tokens=False)["input_ids"])
@@ -485,13 +485,15 @@ def test_generation_too_short_is_a_clear_error(lm: LoadedModel) -> None:
 # ------------------------------------------------------------------------------- the real model
 @pytest.mark.slow
 def test_end_to_end_passkey_with_the_real_model(smollm2: LoadedModel, tmp_path: Path) -> None:
+    from lampe_eval.runner.experiment import Experiment
     from lampe_eval.runner.jobs import Job
-    from lampe_eval.runner.local import run_jobs
+    from lampe_eval.runner.local import run
     from lampe_eval.runner.store import ResultStore
 
     store = ResultStore(tmp_path / "results")
-    job = Job("smollm2-135m", "rope", "infinitebench", "passkey", 1024, limit=1)
-    summaries = run_jobs([job], store, options={"cache": False}, load=lambda name: smollm2)
+    job = Job("smollm2-135m", "rope", "infinitebench", "passkey", 1024, limit=1, options={"cache": False})
+    experiment = Experiment.from_jobs([job], store.directory, load=lambda name: smollm2)
+    summaries = run(experiment).raise_for_failures().summaries
     records = list(store.records())
     assert len(records) == 1
     record = records[0]

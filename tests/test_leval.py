@@ -15,7 +15,7 @@ from lampe_eval.benchmarks.base import Sample, SampleContext
 from lampe_eval.errors import LampeEvalError, MissingDataError
 from lampe_eval.models import LoadedModel
 
-FIXTURES = Path(__file__).parent / "fixtures" / "leval"
+FIXTURES = Path(__file__).parents[1] / "lampe_eval" / "resources" / "fixtures" / "leval"
 
 
 @pytest.fixture(autouse=True)
@@ -148,7 +148,7 @@ def test_samples_one_per_question_with_limit(lm: LoadedModel) -> None:
     assert [s.sample_id for s in samples] == ["0-0", "0-1", "0-2"]
     assert [s.references for s in samples] == [["A"], ["AB"], ["AB"]]
     assert all(s.max_new_tokens == 512 for s in samples)
-    assert samples[0].meta["data_source"] == "fixture:tests/fixtures/leval/coursera.jsonl"
+    assert samples[0].meta["data_source"] == "fixture:fixtures/leval/coursera.jsonl"
     assert len(list(bench.samples("gsm100", ctx(lm)))) == 2  # two documents, one question each
 
 

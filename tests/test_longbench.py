@@ -17,7 +17,7 @@ from lampe_eval.benchmarks.summaries import benchmark_summaries, summary_tables
 from lampe_eval.errors import MissingDataError
 from lampe_eval.models import LoadedModel
 
-FIXTURES = Path(__file__).parent / "fixtures" / "longbench"
+FIXTURES = Path(__file__).parents[1] / "lampe_eval" / "resources" / "fixtures" / "longbench"
 ENGLISH_16 = [
     "narrativeqa", "qasper", "multifieldqa_en", "hotpotqa", "2wikimqa", "musique", "gov_report", "qmsum",
     "multi_news", "trec", "triviaqa", "samsum", "passage_count", "passage_retrieval_en", "lcc", "repobench-p",
@@ -112,7 +112,7 @@ def test_samples_from_fixture_apply_the_chat_rule(lm: LoadedModel) -> None:
     record = json.loads((FIXTURES / "qasper.jsonl").read_text().splitlines()[0])
     assert first.sample_id == record["_id"] and first.references == record["answers"]
     assert first.max_new_tokens == 128
-    assert first.meta["data_source"] == "fixture:tests/fixtures/longbench/qasper.jsonl"
+    assert first.meta["data_source"] == "fixture:fixtures/longbench/qasper.jsonl"
     assert first.meta["chat_template"] is True and first.meta["truncated"] is False
     assert first.prompt == lm.format_prompt(lb.build_prompt(lb.load_config().datasets["qasper"], record))
     trec = next(iter(bench.samples("trec", ctx(lm, limit=1))))

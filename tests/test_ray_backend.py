@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from lampe_eval.runner.experiment import Experiment
 from lampe_eval.runner.jobs import expand_grid
-from lampe_eval.runner.local import execute
+from lampe_eval.runner.local import run
 from lampe_eval.runner.store import ResultStore
 from tests.fakebench import load_stub
 
@@ -24,14 +25,14 @@ def test_ray_actors_stream_records_to_the_driver_store_and_resume(tmp_path, loca
         ["m"], [("rope", {})], [("fake", "alpha"), ("fake", "beta")], [64, 128], limit=3, use_configs=False
     )
     events = []
-    result = execute(
-        jobs, ResultStore(tmp_path), load=load_stub, use_ray=True, workers=2, on_event=events.append
+    result = run(
+        Experiment.from_jobs(jobs, tmp_path, load=load_stub, ray=True, workers=2), on_event=events.append
     )
     assert not result.failures, result.failures
     records = list(ResultStore(tmp_path).records())
     assert len(records) == len({r["key"] for r in records}) == len(jobs) * 3 == result.computed
     assert {r["worker"] for r in records} <= {"ray-0", "ray-1"}
     assert {e["event"] for e in events} >= {"start", "sample", "finish"}
-    again = execute(jobs, ResultStore(tmp_path), load=load_stub, use_ray=True, workers=2)
+    again = run(Experiment.from_jobs(jobs, tmp_path, load=load_stub, ray=True, workers=2))
     assert (again.computed, again.skipped) == (0, len(records))
     assert again.summaries == result.summaries

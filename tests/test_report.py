@@ -29,7 +29,7 @@ from lampe_eval.report.paper import (
 from lampe_eval.report.tables import generic_tables, to_csv, to_latex, to_markdown
 from lampe_eval.runner.store import ResultStore
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[1] / "lampe_eval" / "resources"
 PPL = {  # (method, length) -> perplexity of the fixture passages
     ("rope", 4096): 8.0,
     ("rope", 8192): 150.0,

@@ -302,13 +302,15 @@ def test_averages_match_the_ruler_readme() -> None:
 
 @pytest.mark.slow
 def test_end_to_end_one_sample_with_the_real_model(smollm2: LoadedModel, tmp_path: Path) -> None:
+    from lampe_eval.runner.experiment import Experiment
     from lampe_eval.runner.jobs import Job
-    from lampe_eval.runner.local import run_jobs
+    from lampe_eval.runner.local import run
     from lampe_eval.runner.store import ResultStore
 
     store = ResultStore(tmp_path / "results")
-    job = Job("smollm2-135m", "rope", "ruler", "niah_single_1", 1024, limit=1)
-    summaries = run_jobs([job], store, options={"cache": False}, load=lambda name: smollm2)
+    job = Job("smollm2-135m", "rope", "ruler", "niah_single_1", 1024, limit=1, options={"cache": False})
+    experiment = Experiment.from_jobs([job], store.directory, load=lambda name: smollm2)
+    summaries = run(experiment).raise_for_failures().summaries
     records = list(store.records())
     assert len(records) == 1 and records[0]["output"]["prompt_tokens"] <= 1024 - 128
     assert records[0]["meta"]["haystack"] == "noise"

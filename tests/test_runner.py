@@ -10,9 +10,9 @@ import pytest
 
 from lampe_eval.errors import LampeEvalError
 from lampe_eval.method_configs import load_method_params, params_from_config
-from lampe_eval.runner.experiment import load_experiment
+from lampe_eval.runner.experiment import Experiment, load_experiment
 from lampe_eval.runner.jobs import Job, expand_grid, make_units
-from lampe_eval.runner.local import JobsFailedError, execute, run_jobs
+from lampe_eval.runner.local import JobsFailedError, run
 from lampe_eval.runner.scheduler import Scheduler
 from lampe_eval.runner.store import ResultStore
 from tests.fakebench import expected_score, load_tiny
@@ -178,10 +178,19 @@ def small_jobs(limit: int | None = 3) -> list[Job]:
     )
 
 
+def collect(event: dict, into: list) -> None:
+    if event["event"] == "sample":
+        into.append(event["record"])
+
+
 def test_inline_run_writes_one_record_per_sample_and_resumes(tmp_path):
     jobs = small_jobs()
     seen = []
-    summaries = run_jobs(jobs, ResultStore(tmp_path), load=load_tiny, on_sample=lambda j, r: seen.append(r))
+    summaries = (
+        run(Experiment.from_jobs(jobs, tmp_path, load=load_tiny), on_event=lambda e: collect(e, seen))
+        .raise_for_failures()
+        .summaries
+    )
     records = list(ResultStore(tmp_path).records())
     assert len(records) == len(seen) == len(jobs) * 3
     rec = records[0]
@@ -198,10 +207,10 @@ def test_inline_run_writes_one_record_per_sample_and_resumes(tmp_path):
     want = sum(expected_score(job.task, i, min(job.length, 128)) for i in range(3)) / 3
     assert summaries[job.key()]["acc"] == pytest.approx(want)
     # rerun: nothing computed, same summaries; a larger limit only adds the missing samples
-    result = execute(jobs, ResultStore(tmp_path), load=load_tiny)
+    result = run(Experiment.from_jobs(jobs, tmp_path, load=load_tiny))
     assert (result.computed, result.skipped) == (0, len(jobs) * 3)
     assert result.summaries == summaries
-    result = execute(small_jobs(limit=4), ResultStore(tmp_path), load=load_tiny)
+    result = run(Experiment.from_jobs(small_jobs(limit=4), tmp_path, load=load_tiny))
     assert result.computed == len(jobs)
     keys = [r["key"] for r in ResultStore(tmp_path).records()]
     assert len(keys) == len(set(keys)) == len(jobs) * 4
@@ -210,7 +219,7 @@ def test_inline_run_writes_one_record_per_sample_and_resumes(tmp_path):
 def test_a_failing_job_does_not_stop_the_others(tmp_path):
     jobs = [*small_jobs()[:2], Job("m", "lampe", "fake", "alpha", 64, {"s1": 1000})]  # invalid params
     with pytest.raises(JobsFailedError, match="lampe") as info:
-        run_jobs(jobs, ResultStore(tmp_path), load=load_tiny)
+        run(Experiment.from_jobs(jobs, tmp_path, load=load_tiny)).raise_for_failures()
     assert len(info.value.failures) == 1
     assert len(list(ResultStore(tmp_path).records())) == 6
 
@@ -225,7 +234,7 @@ def test_a_method_past_the_window_warns_once_per_job_and_still_runs(tmp_path):
         use_configs=False,
     )
     events: list[dict] = []
-    result = execute(jobs, ResultStore(tmp_path), load=load_tiny, on_event=events.append)
+    result = run(Experiment.from_jobs(jobs, tmp_path, load=load_tiny), on_event=events.append)
     warnings = [e["message"] for e in events if e["event"] == "warn"]
     assert len(warnings) == 1 and "string at 128 tokens reaches relative position 114" in warnings[0]
     assert result.computed == 4 and not result.failures
@@ -282,7 +291,7 @@ def test_shipped_experiment_files_load():
 
     from lampe_eval.benchmarks import BENCHMARKS
 
-    root = Path(__file__).resolve().parents[1] / "experiments"
+    root = Path(__file__).resolve().parents[1] / "lampe_eval" / "resources" / "experiments"
     for path in sorted(root.glob("*.yaml")):
         text = path.read_text()
         needed = [b for b in ("pg19", "ruler", "longbench", "leval", "infinitebench") if f"{b}" in text]

@@ -20,9 +20,9 @@ from tests.killable_run import SAMPLES, jobs
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def start(out: Path, mode: str) -> subprocess.Popen:
+def start(out: Path, mode: str, delay: float | None = None) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.killable_run", str(out), mode],
+        [sys.executable, "-m", "tests.killable_run", str(out), mode, *([str(delay)] if delay else [])],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -171,3 +171,55 @@ def test_concurrent_appenders_never_interleave(tmp_path):
         os.waitpid(pid, 0)
     records = list(ResultStore(tmp_path).records())
     assert len(records) == 15 and all(r["blob"] == payload for r in records)
+
+
+# ----------------------------------------------------------------- two runs into one results directory
+def test_two_runs_into_one_out_never_compute_a_sample_twice(tmp_path):
+    """Both runs start at once: each job is claimed by one of them; the other works on other jobs, then
+    waits and reads what was stored. Both finish with every sample, each computed once, no duplicate line."""
+    out = tmp_path / "store"
+    first, second = start(out, "1", delay=0.5), start(out, "1", delay=0.5)  # ~10 s of work: they overlap
+    results = [proc.communicate(timeout=180) for proc in (first, second)]
+    for proc, (stdout, stderr) in zip((first, second), results, strict=True):
+        assert proc.returncode == 0 and not stderr.strip(), stderr
+        assert stdout.split()[0] == "DONE" and stdout.split()[-1] == "0", stdout
+    computed = [int(stdout.split()[1]) for stdout, _ in results]
+    assert sum(computed) == len(expected_keys()) and all(computed), computed  # both worked, nothing twice
+    keys = parsed_keys(out)
+    assert len(keys) == len(set(keys)) == len(lines(out)), "duplicated samples"
+    assert set(keys) == expected_keys(), "lost samples"
+    assert not list((out / "claims").glob("[!.]*")), "claims left behind"
+
+
+def test_a_claim_of_a_dead_run_is_taken_over_and_a_live_one_is_waited_for(tmp_path):
+    import socket
+
+    from lampe_eval.runner.claims import process_start
+
+    out = tmp_path / "store"
+    claims = out / "claims"
+    claims.mkdir(parents=True)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    sleeper = subprocess.Popen(["sleep", "60"])
+    first, second = [job.key() for job in jobs()[:2]]
+    host = socket.gethostname()
+    (claims / first).write_text(json.dumps({"pid": int(dead.stdout), "host": host, "start": "1"}))
+    (claims / second).write_text(
+        json.dumps({"pid": sleeper.pid, "host": host, "start": process_start(sleeper.pid)})
+    )
+    try:
+        proc = start(out, "1")
+        wait_for_records(out, proc, len(expected_keys()) - SAMPLES - 1)  # all jobs but the live one's
+        time.sleep(1.0)
+        assert proc.poll() is None, "the run did not wait for the live claim"
+        assert not [k for k in parsed_keys(out) if k.startswith(second)], "computed a job held by another run"
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and not stderr.strip(), stderr
+    keys = parsed_keys(out)
+    assert len(keys) == len(set(keys)) and set(keys) == expected_keys()
+    assert not (claims / first).exists() and not (claims / second).exists()

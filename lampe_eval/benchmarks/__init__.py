@@ -1,6 +1,8 @@
-"""Benchmarks behind one registry. Adding one: a module here + an import below."""
+"""Benchmarks behind one registry. Adding one: a module (or sub-package) here; it registers on import."""
 
-from . import infinitebench, leval, longbench, pg19, ruler  # noqa: F401  (each registers its benchmark)
-from .base import BENCHMARKS, Benchmark, Sample, SampleContext, get_benchmark
+from ..registry import import_submodules
+from .base import BENCHMARKS, Benchmark, Metric, Sample, SampleContext, get_benchmark
 
-__all__ = ["BENCHMARKS", "Benchmark", "Sample", "SampleContext", "get_benchmark"]
+import_submodules(__name__, __path__)
+
+__all__ = ["BENCHMARKS", "Benchmark", "Metric", "Sample", "SampleContext", "get_benchmark"]

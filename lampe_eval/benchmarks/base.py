@@ -1,30 +1,78 @@
-"""What every benchmark provides: samples for (task, length), a way to evaluate one, and a scorer.
+"""What every benchmark is: an abstract base that says what a benchmark must define and declare.
 
 A benchmark module defines a subclass of :class:`Benchmark`, decorates it with
-``@BENCHMARKS.register("name")`` and is imported in ``lampe_eval/benchmarks/__init__.py``.
+``@BENCHMARKS.register("name")`` and lives in ``lampe_eval/benchmarks/`` (modules there register
+themselves on import; a benchmark of your own registers when ``--import`` imports its module).
+
+It must define ``tasks``, ``samples`` and ``score`` (abstract), and declare:
+
+- ``metrics``: every score it reports (direction, display cap, label): reports rank and print them
+  from this, never from names;
+- ``options``: its ``--opt`` settings (type, default, help, whether they change results);
+- optionally ``summarize_tasks`` (a benchmark-level row: LongBench's categories, L-Eval's average),
+  ``bucket_plot`` / ``input_length_key`` (the score-by-input-length plot, the paper's Figure 5) and
+  ``aggregate`` (task score from sample scores; default: the mean of each metric).
 
 Data flow for one job (model, method, benchmark, task, length):
 ``samples(task, ctx)`` -> for each sample ``evaluate(lm, sample, ctx)`` -> ``score(sample, output)``
--> the runner stores one record per sample -> ``aggregate(task, records)``.
+-> the runner stores one record per sample -> ``aggregate(task, scores)``. A :class:`Sample` carries
+everything its evaluation needs (the prompt, or the exact token ids), so ``evaluate`` is a function of
+the sample and the job's options, never of state kept from ``samples``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import hashlib
+import json
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from ..errors import unknown
+from ..errors import LampeEvalError, suggestion, unknown
 from ..models import LoadedModel
+from ..options import Option, identity, parse_options
 from ..registry import Registry
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A score a benchmark reports, and how tables, plots and the leaderboard treat it."""
+
+    name: str
+    label: str = ""  # axis and column label (default: the name)
+    higher_is_better: bool = True
+    cap: float | None = None  # values past it (or not finite) show as ``cap_text``: saturated, not ranked
+    cap_text: str = ""
+    log_scale: bool = False  # plots use a log axis
+    own_table: bool = False  # gets its own by-length table when every result has it
+
+    @property
+    def title(self) -> str:
+        return self.label or self.name
+
+    def saturated(self, value: float) -> bool:
+        return self.cap is not None and (not math.isfinite(value) or value > self.cap)
+
+    def format(self, value: float | None) -> str:
+        """A table cell: two decimals, ``cap_text`` past the cap, ``-`` for no value."""
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            return "-"
+        if self.saturated(value):
+            return self.cap_text
+        if not math.isfinite(value):
+            return "inf" if value > 0 else "-inf"
+        return f"{value:.2f}"
 
 
 @dataclass
 class Sample:
-    """One evaluation item.
+    """One evaluation item, with everything its evaluation needs.
 
     ``prompt`` is the exact text given to the tokenizer (truncation and, where the benchmark uses it,
-    the chat template already applied). ``references`` are the gold answers the scorer compares with.
+    the chat template already applied); ``input_ids``, when set, are the exact tokens to feed instead
+    (PG-19's passages). ``references`` are the gold answers the scorer compares with.
     """
 
     sample_id: str
@@ -33,6 +81,15 @@ class Sample:
     references: list[str] = field(default_factory=list)
     max_new_tokens: int = 0
     meta: dict[str, Any] = field(default_factory=dict)
+    input_ids: list[int] | None = None
+
+    def fingerprint(self, tokenizer: str = "") -> str:
+        """A hash of everything the sample is (its data as read, after truncation and templates) and of
+        the tokenizer's fingerprint: a stored result is reused only for the same fingerprint."""
+        content = [self.sample_id, self.task, self.prompt, self.references, self.max_new_tokens]
+        content += [self.input_ids, self.meta, tokenizer]
+        blob = json.dumps(content, sort_keys=True, ensure_ascii=False, default=str)
+        return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
 
 
 @dataclass
@@ -44,30 +101,49 @@ class SampleContext:
     limit: int | None = None  # at most this many samples (None: the benchmark's full set)
     seed: int = 0
     data_dir: str | None = None  # local data override (offline fixtures, downloaded files)
-    options: dict[str, Any] = field(default_factory=dict)  # benchmark-specific --opt key=value
+    options: dict[str, Any] = field(default_factory=dict)  # the job's --opt values for this benchmark
 
 
-class Benchmark:
-    """Base class. Generation benchmarks only implement ``tasks``, ``samples`` and ``score``."""
+def mean_scores(scores: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """The mean of each metric of the first sample over the samples (that have it)."""
+    if not scores:
+        return {}
+    out = {}
+    for key in scores[0]:
+        values = [s[key] for s in scores if key in s]
+        out[key] = sum(values) / len(values)
+    return out
+
+
+class Benchmark(ABC):
+    """Base class; see the module docstring for what a benchmark defines."""
 
     name: ClassVar[str]
     summary: ClassVar[str] = ""
+    metrics: ClassVar[tuple[Metric, ...]] = ()  # required: checked when the benchmark registers
+    options: ClassVar[tuple[Option, ...]] = ()
+    bucket_plot: ClassVar[bool] = False  # part of the score-by-input-length bucket plot (Figure 5)
+    input_length_key: ClassVar[str | None] = None  # sample meta key: the input length before truncation
 
+    # ------------------------------------------------------------------------------------- tasks
+    @abstractmethod
     def tasks(self) -> list[str]:
         """All task names, in the order tables show them."""
-        raise NotImplementedError
 
     def default_tasks(self) -> list[str]:
         """Tasks run when the user gives no --task (usually all of them)."""
         return self.tasks()
 
     def check_task(self, task: str) -> str:
+        """The task's canonical name; an unknown one is a one-line error."""
         if task not in self.tasks():
             raise unknown(f"{self.name} task", task, self.tasks())
         return task
 
+    # ----------------------------------------------------------------------------------- samples
+    @abstractmethod
     def samples(self, task: str, ctx: SampleContext) -> Iterator[Sample]:
-        raise NotImplementedError
+        """The samples of one (task, length) job, in a fixed order."""
 
     def evaluate(self, lm: LoadedModel, sample: Sample, ctx: SampleContext) -> dict[str, Any]:
         """Run the model on one sample. Default: greedy generation of ``sample.max_new_tokens``."""
@@ -75,20 +151,95 @@ class Benchmark:
 
         return greedy_generate(lm, sample.prompt, sample.max_new_tokens, stop=sample.meta.get("stop"))
 
+    @abstractmethod
     def score(self, sample: Sample, output: dict[str, Any]) -> dict[str, float]:
-        """Per-sample metrics on a 0-100 scale; the first key is the task's headline metric."""
-        raise NotImplementedError
+        """Per-sample metrics (declared in ``metrics``); the first key is the task's headline metric."""
 
     def aggregate(self, task: str, scores: Sequence[dict[str, float]]) -> dict[str, float]:
         """Task-level numbers from per-sample scores. Default: the mean of each metric."""
-        if not scores:
-            return {}
-        keys = list(scores[0])
-        return {k: sum(s[k] for s in scores) / len(scores) for k in keys}
+        return mean_scores(scores)
+
+    def summarize_tasks(self, task_scores: Mapping[str, float]) -> dict[str, float]:
+        """A benchmark-level row from task headlines (e.g. category averages); {} when there is none."""
+        return {}
+
+    def check_job(self, task: str, length: int, options: Mapping[str, Any], data_dir: str | None) -> None:
+        """Raise a one-line LampeEvalError for a job that cannot run (checked before any model loads):
+        e.g. a length too short for the benchmark's budget, a fixture that does not exist."""
+        return None
+
+    # ----------------------------------------------------------------------------------- options
+    def option_values(self, ctx: SampleContext) -> dict[str, Any]:
+        """The job's options for this benchmark, typed, with the defaults filled in."""
+        return self.typed_options(ctx.options or {})
+
+    def typed_options(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """``values`` checked against the declared options, typed, with the defaults filled in."""
+        return parse_options(self.options, values, self.name)
+
+    @classmethod
+    def identity_options(cls, values: Mapping[str, Any]) -> dict[str, Any]:
+        """The options that change results and differ from their defaults (part of a job's key)."""
+        return identity(cls.options, values)
+
+    @classmethod
+    def metric(cls, name: str) -> Metric:
+        """The declared metric, or a plain higher-is-better one for a name the benchmark does not declare."""
+        for metric in cls.metrics:
+            if metric.name == name:
+                return metric
+        return Metric(name)
 
 
-BENCHMARKS: Registry[Benchmark] = Registry("benchmark")
+def options_by_benchmark(benchmarks: Sequence[str], values: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The ``--opt`` values each benchmark of a run declares, typed. Options apply to every benchmark
+    that declares them; one that none of them declares is an error with the closest declared name."""
+    classes = {name: BENCHMARKS.get(name) for name in dict.fromkeys(benchmarks)}
+    declared = {o.name for cls in classes.values() for o in cls.options}
+    for name in values:
+        if name not in declared:
+            where = ", ".join(classes) or "these benchmarks"
+            hint = suggestion(name, sorted(declared))
+            known = (
+                ""
+                if hint
+                else f" (their options: {', '.join(sorted(declared)) or 'none'}; see lampe-eval list)"
+            )
+            raise LampeEvalError(f"unknown option {name} for {where}{hint}{known}")
+    out = {}
+    for bench, cls in classes.items():
+        mine = {o.name: o for o in cls.options}
+        out[bench] = {k: mine[k].parse(v, f"{bench}: ") for k, v in values.items() if k in mine}
+    return out
+
+
+def _check_declarations(cls: type[Benchmark]) -> None:
+    if not cls.metrics:
+        raise TypeError(f"benchmark {cls.__name__} must declare its metrics (metrics = (Metric(...), ...))")
+    names = [o.name for o in cls.options]
+    if len(set(names)) != len(names):
+        raise TypeError(f"benchmark {cls.__name__} declares an option twice")
+
+
+BENCHMARKS: Registry[Benchmark] = Registry("benchmark", check=_check_declarations)
 
 
 def get_benchmark(name: str) -> Benchmark:
     return BENCHMARKS.get(name)()
+
+
+def benchmark_class(name: str) -> type[Benchmark] | None:
+    """The registered class, or None (records of a benchmark this process did not import)."""
+    return BENCHMARKS.get(name) if name in BENCHMARKS else None
+
+
+def aggregate(benchmark: str, task: str, scores: Sequence[dict[str, float]]) -> dict[str, float]:
+    """The task score of stored sample scores: the benchmark's aggregate, or the mean when unregistered."""
+    cls = benchmark_class(benchmark)
+    return cls().aggregate(task, list(scores)) if cls else mean_scores(scores)
+
+
+def metric_of(benchmark: str, name: str) -> Metric:
+    """How to show and rank ``name`` of ``benchmark`` (a plain higher-is-better metric if unknown)."""
+    cls = benchmark_class(benchmark)
+    return cls.metric(name) if cls else Metric(name)

@@ -2,11 +2,11 @@
 
 One function, :func:`load_task_records`, decides for one (benchmark, task), in this order:
 
-1. ``--opt fixture=true``: the small fixture shipped in ``tests/fixtures/<benchmark>/<task>.jsonl``
-   (a source checkout only; explicit, never a silent fallback).
-2. A local file in the official record format: ``--opt <benchmark>_dir=DIR`` or ``--data-dir DIR``,
-   as ``DIR/<benchmark>/<file>``, ``DIR/<file>`` or ``DIR/<subdir>/<file>`` for the benchmark's usual
-   sub-folders (LongBench's ``data/`` from ``data.zip``, L-Eval's ``Closed-ended-tasks/``).
+1. ``fixture``: the small fixture shipped as package data, ``fixtures/<benchmark>/<task>.jsonl``
+   (:mod:`lampe_eval.resources`; explicit, never a silent fallback).
+2. A local file in the official record format: ``directory`` (``--opt <benchmark>_dir=DIR``) or
+   ``--data-dir DIR``, as ``DIR/<benchmark>/<file>``, ``DIR/<file>`` or ``DIR/<subdir>/<file>`` for the
+   benchmark's usual sub-folders (LongBench's ``data/`` from ``data.zip``, L-Eval's ``Closed-ended-tasks/``).
 3. The hub through ``datasets`` when it is reachable.
 
 Otherwise a one-line :class:`MissingDataError` says how to provide the data. The caller records the
@@ -20,19 +20,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from .. import resources
 from ..errors import MissingDataError
+from ..options import Option
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-FIXTURES = REPO_ROOT / "tests" / "fixtures"
-
-
-def truthy(value: Any) -> bool:
-    if isinstance(value, str):
-        return value.strip().lower() in {"1", "true", "yes", "on"}
-    return bool(value)
+# --opt fixture=true: shared by the benchmarks that ship hand-written fixtures
+FIXTURE_OPTION = Option("fixture", bool, False, "the tiny hand-written fixture (smoke tests, not numbers)")
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
+def read_jsonl(path: resources.Resource) -> list[dict[str, Any]]:
     """The JSON objects of a JSON Lines file (blank lines skipped)."""
     records: list[dict[str, Any]] = []
     with path.open(encoding="utf-8") as handle:
@@ -49,24 +45,32 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return records
 
 
-def _display(path: Path) -> str:
-    try:
-        return str(path.relative_to(REPO_ROOT))
-    except ValueError:
-        return str(path)
-
-
 def hub_reachable() -> bool:
     from .ruler.haystack import hub_reachable as reachable
 
     return reachable()
 
 
+def fixture_path(benchmark: str, task: str) -> tuple[str, resources.Resource | None]:
+    """(relative name, file or None) of a task's hand-written fixture."""
+    relative = f"fixtures/{benchmark}/{task}.jsonl"
+    return relative, resources.find(relative)
+
+
+def require_fixture(benchmark: str, task: str) -> resources.Resource:
+    """The task's fixture, or a one-line error (checked before any model loads)."""
+    relative, path = fixture_path(benchmark, task)
+    if path is None:
+        raise MissingDataError(f"no {benchmark} fixture for task {task!r} ({relative}, package data)")
+    return path
+
+
 def load_task_records(
     benchmark: str,
     task: str,
     *,
-    options: dict[str, Any],
+    fixture: bool,
+    directory: str | None,
     data_dir: str | None,
     file_names: Sequence[str],
     subdirs: Sequence[str] = (),
@@ -74,16 +78,10 @@ def load_task_records(
     hub_label: str,
 ) -> tuple[list[dict[str, Any]], str]:
     """Records of one task and where they came from (``fixture:...``, ``file:...``, ``hub:...``)."""
-    if truthy(options.get("fixture", False)):
-        path = FIXTURES / benchmark / f"{task}.jsonl"
-        if not path.is_file():
-            raise MissingDataError(
-                f"no {benchmark} test fixture for task {task!r} at {_display(path)} "
-                "(fixtures exist in a source checkout, for a few tasks)"
-            )
-        return read_jsonl(path), f"fixture:{_display(path)}"
+    if fixture:
+        return read_jsonl(require_fixture(benchmark, task)), f"fixture:fixtures/{benchmark}/{task}.jsonl"
 
-    explicit = options.get(f"{benchmark}_dir")
+    explicit = directory
     directory = explicit or data_dir
     if directory:
         root = Path(str(directory)).expanduser()
@@ -109,5 +107,5 @@ def load_task_records(
     raise MissingDataError(
         f"{benchmark} task {task!r}: the Hugging Face hub is unreachable and no local file was found{where}; "
         f"pass --data-dir DIR with DIR/{benchmark}/{file_names[0]} in the official format, "
-        f"or --opt fixture=true to run on the tiny test fixture in tests/fixtures/{benchmark}/"
+        f"or --opt fixture=true to run on the tiny hand-written fixture"
     )

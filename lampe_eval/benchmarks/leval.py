@@ -2,7 +2,7 @@
 
 One record is one long document with several questions (``instructions`` / ``outputs``); every question
 is one sample. Per sample, as the official baselines and ``Evaluation/auto_eval.py`` do (facts:
-``shared/docs/benchmarks.md`` section 2; task table ``tasks/leval/leval.yaml``):
+``docs/benchmarks.md`` section 2; task table ``tasks/leval/leval.yaml``):
 
 1. Document truncation: while the document has more than ``length - 512`` tokens (special tokens
    included), keep its first ``budget - 250 k`` space-separated words (k = 0, 1, ...). The job's
@@ -24,23 +24,22 @@ is one sample. Per sample, as the official baselines and ``Evaluation/auto_eval.
 
 from __future__ import annotations
 
-import os
 import re
 import string
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import jinja2
-import yaml
 
 from ..errors import LampeEvalError, MissingDataError
 from ..generation import greedy_generate
 from ..models import LoadedModel
-from .base import BENCHMARKS, Benchmark, Sample, SampleContext
-from .datafiles import REPO_ROOT, load_task_records, truthy
+from ..options import Option
+from .base import BENCHMARKS, Benchmark, Metric, Sample, SampleContext
+from .datafiles import FIXTURE_OPTION, load_task_records, require_fixture
+from .tables import load_table, mapping
 
 ANSWER_KINDS = ("mc", "mc_multi", "math", "judge")
 PROMPT_STYLES = ("chat", "llama2", "plain")
@@ -75,27 +74,21 @@ class LEvalConfig:
     tasks: dict[str, TaskSpec]
 
 
-def config_path() -> Path:
-    env = os.environ.get("LAMPE_EVAL_LEVAL_CONFIG")
-    return Path(env) if env else REPO_ROOT / "tasks" / "leval" / "leval.yaml"
-
-
-@lru_cache(maxsize=4)
-def _load_config(path: str) -> LEvalConfig:
-    file = Path(path)
-    if not file.is_file():
-        raise LampeEvalError(f"L-Eval task table not found at {file} (set LAMPE_EVAL_LEVAL_CONFIG)")
-    raw = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
-    prompts = {str(k): PromptSpec(**v) for k, v in (raw.get("prompts") or {}).items()}
+def parse_config(raw: dict[str, Any], where: str) -> LEvalConfig:
+    """The typed L-Eval table (``tasks/leval/leval.yaml``)."""
+    prompts = {
+        str(k): PromptSpec(**mapping(v, f"{where}: prompt {k}"))
+        for k, v in mapping(raw.get("prompts"), f"{where}: 'prompts'").items()
+    }
     tasks: dict[str, TaskSpec] = {}
-    for name, entry in (raw.get("tasks") or {}).items():
-        spec = TaskSpec(name=str(name), **entry)
+    for name, entry in mapping(raw.get("tasks"), f"{where}: 'tasks'").items():
+        spec = TaskSpec(name=str(name), **mapping(entry, f"{where}: task {name}"))
         if spec.answer not in ANSWER_KINDS:
-            raise LampeEvalError(f"{file}: task {name}: answer must be one of {', '.join(ANSWER_KINDS)}")
+            raise LampeEvalError(f"{where}: task {name}: answer must be one of {', '.join(ANSWER_KINDS)}")
         if spec.prompt not in prompts:
-            raise LampeEvalError(f"{file}: task {name}: unknown prompt {spec.prompt!r}")
+            raise LampeEvalError(f"{where}: task {name}: unknown prompt {spec.prompt!r}")
         tasks[spec.name] = spec
-    fact = raw.get("fact_check") or {}
+    fact = mapping(raw.get("fact_check"), f"{where}: 'fact_check'")
     replace = fact.get("replace") or ["", ""]
     return LEvalConfig(
         dataset=str(raw.get("dataset", "L4NLP/LEval")),
@@ -110,7 +103,7 @@ def _load_config(path: str) -> LEvalConfig:
 
 
 def load_config() -> LEvalConfig:
-    return _load_config(str(config_path()))
+    return load_table("leval", parse_config)
 
 
 # --------------------------------------------------------------------------- answer extraction
@@ -321,18 +314,40 @@ def _check_record(record: Mapping[str, Any], where: str) -> None:
 class LEval(Benchmark):
     name = "leval"
     summary = "L-Eval closed-ended tasks (Coursera, GSM, QuALITY, TOEFL, SFiction): official prompts and EM"
+    metrics = (
+        Metric("exact_match", "exact match"),
+        Metric("loyalty", "exact match (loyalty)"),
+        Metric("fact", "exact match (fact)"),
+    )
+    options = (
+        FIXTURE_OPTION,
+        Option("leval_dir", Path, None, "directory with the official <task>.jsonl files"),
+        Option("leval_dataset", str, None, "datasets id (default L4NLP/LEval)"),
+        Option("leval_prompt", str, "chat", "prompt style", choices=PROMPT_STYLES),
+        Option("chat_template", bool, True, "the model's chat template (false: the plain prompt)"),
+    )
+    bucket_plot = True
+    input_length_key = "document_tokens"
 
     def tasks(self) -> list[str]:
         return list(load_config().tasks)
 
+    def check_job(self, task: str, length: int, options: Mapping[str, Any], data_dir: str | None) -> None:
+        budget = length - load_config().max_new_tokens
+        if budget <= 0:
+            raise LampeEvalError(f"leval: --len {length} leaves no room for the document (512 new tokens)")
+        if self.typed_options(options)["fixture"]:
+            require_fixture("leval", task)
+
     def load_records(self, task: str, ctx: SampleContext) -> tuple[list[dict[str, Any]], str]:
         config = load_config()
-        options = ctx.options or {}
-        hub_id = str(options.get("leval_dataset") or config.dataset)
+        options = self.option_values(ctx)
+        hub_id = options["leval_dataset"] or config.dataset
         records, source = load_task_records(
             "leval",
             task,
-            options=options,
+            fixture=options["fixture"],
+            directory=options["leval_dir"],
             data_dir=ctx.data_dir,
             file_names=[f"{task}.jsonl"],
             subdirs=["Closed-ended-tasks", "LEval-data/Closed-ended-tasks"],
@@ -347,11 +362,9 @@ class LEval(Benchmark):
         config = load_config()
         spec = config.tasks[task]
         prompt_spec = config.prompts[spec.prompt]
-        options = ctx.options or {}
-        style = str(options.get("leval_prompt", "chat"))
-        if style not in PROMPT_STYLES:
-            raise LampeEvalError(f"leval_prompt={style!r}; choose one of: {', '.join(PROMPT_STYLES)}")
-        if style == "chat" and not truthy(options.get("chat_template", True)):
+        options = self.option_values(ctx)
+        style = options["leval_prompt"]
+        if style == "chat" and not options["chat_template"]:
             style = "plain"
         budget = ctx.length - config.max_new_tokens
         if budget <= 0:

@@ -1,6 +1,6 @@
 """LongBench v1 (THUDM/LongBench): 21 datasets in six categories, plus the 13 LongBench-E variants.
 
-Per sample, as the official ``pred.py`` / ``eval.py`` do (facts: ``shared/docs/benchmarks.md`` section 1):
+Per sample, as the official ``pred.py`` / ``eval.py`` do (facts: ``docs/benchmarks.md`` section 1):
 
 1. ``prompt = template.format(**record)`` with the dataset's official template
    (``tasks/longbench/longbench.yaml``).
@@ -26,21 +26,19 @@ Data: ``--data-dir`` / ``--opt longbench_dir=`` (official JSONL files, e.g. ``da
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ..errors import LampeEvalError, MissingDataError
 from ..models import LoadedModel
+from ..options import Option
 from . import metrics
-from .base import BENCHMARKS, Benchmark, Sample, SampleContext
-from .datafiles import REPO_ROOT, load_task_records, truthy
+from .base import BENCHMARKS, Benchmark, Metric, Sample, SampleContext
+from .datafiles import FIXTURE_OPTION, load_task_records, require_fixture
+from .tables import load_table, mapping
 
 E_SUFFIX = "_e"
 
@@ -96,25 +94,16 @@ class LongBenchConfig:
         return self.buckets[-1][0]
 
 
-def config_path() -> Path:
-    env = os.environ.get("LAMPE_EVAL_LONGBENCH_CONFIG")
-    return Path(env) if env else REPO_ROOT / "tasks" / "longbench" / "longbench.yaml"
-
-
-@lru_cache(maxsize=4)
-def _load_config(path: str) -> LongBenchConfig:
-    file = Path(path)
-    if not file.is_file():
-        raise LampeEvalError(f"LongBench task table not found at {file} (set LAMPE_EVAL_LONGBENCH_CONFIG)")
-    raw = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
+def parse_config(raw: dict[str, Any], where: str) -> LongBenchConfig:
+    """The typed LongBench table (``tasks/longbench/longbench.yaml``)."""
     categories = tuple(raw.get("categories") or ())
     datasets: dict[str, DatasetSpec] = {}
-    for name, entry in (raw.get("datasets") or {}).items():
-        spec = DatasetSpec(name=str(name), **entry)
+    for name, entry in mapping(raw.get("datasets"), f"{where}: 'datasets'").items():
+        spec = DatasetSpec(name=str(name), **mapping(entry, f"{where}: dataset {name}"))
         if spec.metric not in METRICS:
-            raise LampeEvalError(f"{file}: dataset {name}: unknown metric {spec.metric!r}")
+            raise LampeEvalError(f"{where}: dataset {name}: unknown metric {spec.metric!r}")
         if spec.category not in categories:
-            raise LampeEvalError(f"{file}: dataset {name}: category {spec.category!r} not in categories")
+            raise LampeEvalError(f"{where}: dataset {name}: category {spec.category!r} not in categories")
         datasets[spec.name] = spec
     buckets = tuple((str(b["name"]), b.get("below")) for b in raw.get("length_buckets") or ())
     return LongBenchConfig(
@@ -127,7 +116,7 @@ def _load_config(path: str) -> LongBenchConfig:
 
 
 def load_config() -> LongBenchConfig:
-    return _load_config(str(config_path()))
+    return load_table("longbench", parse_config)
 
 
 # --------------------------------------------------------------------------- prompt
@@ -235,6 +224,27 @@ def _check_record(record: Mapping[str, Any], where: str) -> None:
 class LongBench(Benchmark):
     name = "longbench"
     summary = "LongBench v1: 21 bilingual long-context datasets (+ LongBench-E), official prompts and scorers"
+    metrics = (
+        Metric("qa_f1", "F1"),
+        Metric("qa_f1_zh", "F1 (Chinese)"),
+        Metric("rouge_l", "ROUGE-L"),
+        Metric("rouge_l_zh", "ROUGE-L (Chinese)"),
+        Metric("classification", "accuracy"),
+        Metric("retrieval", "retrieval accuracy"),
+        Metric("retrieval_zh", "retrieval accuracy (Chinese)"),
+        Metric("count", "count accuracy"),
+        Metric("code_sim", "edit similarity"),
+        Metric("length", "input length (words; LongBench-E buckets)"),
+    )
+    options = (
+        FIXTURE_OPTION,
+        Option("longbench_dir", Path, None, "directory with the official <task>.jsonl files"),
+        Option("longbench_dataset", str, None, "datasets id (default THUDM/LongBench)"),
+        Option("chat_template", bool, True, "the model's chat template (the official rule per dataset)"),
+        Option("code_sim", str, "difflib", "code_sim's ratio backend", choices=("difflib", "levenshtein")),
+    )
+    bucket_plot = True
+    input_length_key = "record_tokens"
 
     def tasks(self) -> list[str]:
         return load_config().tasks()
@@ -242,14 +252,19 @@ class LongBench(Benchmark):
     def default_tasks(self) -> list[str]:
         return list(load_config().datasets)
 
+    def check_job(self, task: str, length: int, options: Mapping[str, Any], data_dir: str | None) -> None:
+        if self.typed_options(options)["fixture"]:
+            require_fixture("longbench", task)
+
     def load_records(self, task: str, ctx: SampleContext) -> tuple[list[dict[str, Any]], str]:
         config = load_config()
-        options = ctx.options or {}
-        hub_id = str(options.get("longbench_dataset") or config.dataset)
+        options = self.option_values(ctx)
+        hub_id = options["longbench_dataset"] or config.dataset
         records, source = load_task_records(
             "longbench",
             task,
-            options=options,
+            fixture=options["fixture"],
+            directory=options["longbench_dir"],
             data_dir=ctx.data_dir,
             file_names=[f"{task}.jsonl"],
             subdirs=["data"],
@@ -261,12 +276,12 @@ class LongBench(Benchmark):
     def samples(self, task: str, ctx: SampleContext) -> Iterator[Sample]:
         self.check_task(task)
         spec = load_config().spec(task)
-        options = ctx.options or {}
+        options = self.option_values(ctx)
         records, source = self.load_records(task, ctx)
         if ctx.limit is not None:
             records = records[: ctx.limit]
-        use_chat = spec.chat_template and truthy(options.get("chat_template", True))
-        backend = str(options.get("code_sim", "difflib"))
+        use_chat = spec.chat_template and options["chat_template"]
+        backend = options["code_sim"]
         tokenizer = ctx.lm.tokenizer
         for index, record in enumerate(records):
             _check_record(record, f"{source} record {index}")

@@ -3,7 +3,7 @@
 Every function scores one prediction against one gold answer and returns a float in [0, 1], exactly
 as the official scripts do (benchmarks multiply by 100); :func:`max_over_references` takes the best
 gold answer. The behaviour follows the official implementations, quirks included (see each
-docstring and ``shared/docs/benchmarks.md`` section 1.5):
+docstring and ``docs/benchmarks.md`` section 1.4):
 
 - English answer normalisation: lowercase, drop ASCII punctuation, drop the articles a/an/the,
   collapse whitespace (:func:`normalize_answer`); Chinese: lowercase, drop ASCII and CJK

@@ -28,7 +28,9 @@ Data (first that applies):
   package), which stands in for PG-19 on machines without hub access.
 
 Other options: ``pg19_min_tokens`` (keep the same documents across lengths), ``pg19_per_doc``,
-``pg19_chunk``.
+``pg19_chunk`` (all declared in :attr:`PG19.options`; ``lampe-eval list`` shows them).
+
+Each sample carries its passage's exact token ids (``Sample.input_ids``): ``evaluate`` feeds those.
 """
 
 from __future__ import annotations
@@ -44,11 +46,22 @@ import torch.nn.functional as F
 
 from ..errors import LampeEvalError, MissingDataError
 from ..models import LoadedModel
-from .base import BENCHMARKS, Benchmark, Sample, SampleContext
+from ..options import Option
+from .base import BENCHMARKS, Benchmark, Metric, Sample, SampleContext
 
 DEFAULT_DATASET = "emozilla/pg19-test"
 DEFAULT_CHUNK = 1024
 SATURATION = 100.0  # tables print ">10^2" above this (the paper's Appendix D); raw results keep the value
+PPL = Metric("ppl", "perplexity", higher_is_better=False, cap=SATURATION, cap_text=">10^2", log_scale=True)
+PPL_LAST_QUARTER = Metric(
+    "ppl_last_quarter",
+    "perplexity of the last quarter",
+    higher_is_better=False,
+    cap=SATURATION,
+    cap_text=">10^2",
+    log_scale=True,
+    own_table=True,  # where extrapolation bites: its own by-length table
+)
 
 
 @dataclass(frozen=True)
@@ -112,23 +125,16 @@ def hub_documents(
     return docs
 
 
-def resolve_documents(ctx: SampleContext) -> tuple[str, list[Document]]:
-    """(source label, documents) for a job, following the order in the module docstring."""
-    options = ctx.options or {}
+def resolve_documents(options: dict[str, Any], data_dir: str | None) -> tuple[str, list[Document]]:
+    """(source label, documents) for a job's typed options, following the order in the module docstring."""
     directory = options.get("pg19_dir")
-    if not directory and ctx.data_dir and (Path(ctx.data_dir) / "pg19").is_dir():
-        directory = str(Path(ctx.data_dir) / "pg19")
+    if not directory and data_dir and (Path(data_dir) / "pg19").is_dir():
+        directory = str(Path(data_dir) / "pg19")
     if directory:
         return f"dir:{directory}", directory_documents(directory)
     if options.get("pg19_dataset"):
-        dataset = str(options["pg19_dataset"])
-        split = str(options.get("pg19_split", "test"))
-        docs = hub_documents(
-            dataset,
-            split,
-            str(options.get("pg19_field", "text")),
-            str(options.get("pg19_title_field", "short_book_title")),
-        )
+        dataset, split = str(options["pg19_dataset"]), str(options["pg19_split"])
+        docs = hub_documents(dataset, split, str(options["pg19_field"]), str(options["pg19_title_field"]))
         return f"hub:{dataset}:{split}", docs
     return "offline:kjv", offline_documents()
 
@@ -264,9 +270,7 @@ def chunked_nll(
 
 def format_ppl(value: float) -> str:
     """A table cell: ``>10^2`` past saturation (as the paper's Appendix D), else two decimals."""
-    if not math.isfinite(value) or value > SATURATION:
-        return ">10^2"
-    return f"{value:.2f}"
+    return PPL.cap_text if PPL.saturated(value) else PPL.format(value)
 
 
 def _ppl(nll: float) -> float:
@@ -276,19 +280,34 @@ def _ppl(nll: float) -> float:
 # ------------------------------------------------------------------------------------------- benchmark
 @BENCHMARKS.register("pg19")
 class PG19(Benchmark):
-    name = "pg19"
     summary = "perplexity of book passages cut to exactly the length (PG-19; offline: 66 public-domain books)"
-
-    def __init__(self) -> None:
-        self._windows: dict[str, list[int]] = {}
+    metrics = (
+        PPL,
+        PPL_LAST_QUARTER,
+        Metric("nll", "mean NLL per token", higher_is_better=False),
+        Metric("nll_last_quarter", "mean NLL per token, last quarter", higher_is_better=False),
+        Metric("tokens", "predicted tokens"),
+        Metric("tokens_last_quarter", "predicted tokens, last quarter"),
+        Metric("passages"),
+    )
+    options = (
+        Option("pg19_dir", Path, None, "directory of *.txt documents, one book per file (sorted by name)"),
+        Option("pg19_dataset", str, None, "datasets id of the test set (e.g. emozilla/pg19-test)"),
+        Option("pg19_split", str, "test", "split of pg19_dataset"),
+        Option("pg19_field", str, "text", "text field of pg19_dataset"),
+        Option("pg19_title_field", str, "short_book_title", "title field (shown in records)", False),
+        Option("pg19_min_tokens", int, 0, "only documents this long (the same books at every length)"),
+        Option("pg19_per_doc", int, 1, "consecutive passages per document (the paper: 2)"),
+        Option("pg19_chunk", int, DEFAULT_CHUNK, "positions per LM-head chunk (memory only)", False),
+    )
 
     def tasks(self) -> list[str]:
         return ["pg19"]
 
     def samples(self, task: str, ctx: SampleContext) -> Iterator[Sample]:
         self.check_task(task)
-        options = ctx.options or {}
-        source, docs = resolve_documents(ctx)
+        options = self.option_values(ctx)
+        source, docs = resolve_documents(options, ctx.data_dir)
         tokenizer = ctx.lm.tokenizer
         prefix = special_prefix(tokenizer)
         corpus = tokenized_corpus(source, docs, tokenizer)
@@ -296,8 +315,8 @@ class PG19(Benchmark):
             corpus.lengths(),
             ctx.length,
             count=ctx.limit,
-            per_doc=int(options.get("pg19_per_doc", 1)),
-            min_tokens=int(options.get("pg19_min_tokens", 0)),
+            per_doc=options["pg19_per_doc"],
+            min_tokens=options["pg19_min_tokens"],
             prefix=len(prefix),
         )
         if not passages:
@@ -310,12 +329,11 @@ class PG19(Benchmark):
             else:
                 doc = docs[passage.doc_index]
                 title, doc_id = doc.title, doc.doc_id
-            sample_id = f"{doc_id}@{passage.offset}"
-            self._windows[sample_id] = window
             yield Sample(
-                sample_id=sample_id,
+                sample_id=f"{doc_id}@{passage.offset}",
                 task=task,
                 prompt=tokenizer.decode(window),
+                input_ids=window,
                 meta={
                     "source": source,
                     "doc_id": doc_id,
@@ -328,21 +346,17 @@ class PG19(Benchmark):
             )
 
     def evaluate(self, lm: LoadedModel, sample: Sample, ctx: SampleContext) -> dict[str, Any]:
-        window = self._windows.get(sample.sample_id)
-        if window is None:  # evaluate() on another instance than samples(): rebuild the windows
-            for other in self.samples(sample.task, ctx):
-                if other.sample_id == sample.sample_id:
-                    break
-            window = self._windows[sample.sample_id]
-        chunk = int((ctx.options or {}).get("pg19_chunk", DEFAULT_CHUNK))
-        ids = torch.tensor([window], dtype=torch.long, device=lm.device)
+        if sample.input_ids is None:
+            raise LampeEvalError(f"pg19: sample {sample.sample_id} has no token ids")
+        ids = torch.tensor([sample.input_ids], dtype=torch.long, device=lm.device)
+        chunk = self.option_values(ctx)["pg19_chunk"]
         nll, count, nll_tail, count_tail = chunked_nll(lm.model, ids, chunk=chunk)
         return {
             "nll_sum": nll,
             "tokens": count,
             "nll_sum_last_quarter": nll_tail,
             "tokens_last_quarter": count_tail,
-            "prompt_tokens": len(window),
+            "prompt_tokens": len(sample.input_ids),
         }
 
     def score(self, sample: Sample, output: dict[str, Any]) -> dict[str, float]:

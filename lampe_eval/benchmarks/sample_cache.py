@@ -20,7 +20,10 @@ _FINGERPRINTS: dict[int, tuple[Any, str]] = {}
 
 
 def tokenizer_fingerprint(tokenizer: Any) -> str:
-    """A short content hash of a tokenizer (vocabulary, merges, normaliser, chat template, BOS)."""
+    """A short content hash of a tokenizer (vocabulary, merges, normaliser, chat template, BOS); ""
+    without a tokenizer."""
+    if tokenizer is None:
+        return ""
     cached = _FINGERPRINTS.get(id(tokenizer))
     if cached is not None and cached[0] is tokenizer:
         return cached[1]
@@ -28,8 +31,10 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is not None:
         h.update(backend.to_str().encode("utf-8"))
-    else:
+    elif hasattr(tokenizer, "get_vocab"):
         h.update(json.dumps(sorted(tokenizer.get_vocab().items())).encode("utf-8"))
+    else:  # a hand-made tokenizer (tests): its class is all we know
+        h.update(f"{type(tokenizer).__module__}.{type(tokenizer).__qualname__}".encode())
     h.update(str(getattr(tokenizer, "chat_template", "") or "").encode("utf-8"))
     h.update(str(getattr(tokenizer, "bos_token", "")).encode("utf-8"))
     digest = h.hexdigest()[:10]

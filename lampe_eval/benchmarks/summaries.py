@@ -1,5 +1,6 @@
-"""Benchmark-level rows after a run: a benchmark with ``summarize_tasks(task_scores)`` (LongBench: the
-paper's six categories and averages; L-Eval: the average) gets one row per (model, method, length)."""
+"""Benchmark-level rows after a run: each benchmark's ``summarize_tasks(task_scores)`` (LongBench: the
+paper's six categories and averages; L-Eval: the average; {} for those without one) gives one row per
+(model, method, length)."""
 
 from __future__ import annotations
 
@@ -27,8 +28,7 @@ def benchmark_summaries(
         groups.setdefault(group, {})[job.task] = float(next(iter(scores.values())))
     out: dict[str, list[tuple[tuple[str, str, int], dict[str, float]]]] = {}
     for (bench_name, model, method, _, length), task_scores in groups.items():
-        summarize = getattr(get_benchmark(bench_name), "summarize_tasks", None)
-        row = summarize(task_scores) if summarize else None
+        row = get_benchmark(bench_name).summarize_tasks(task_scores)
         if row:
             out.setdefault(bench_name, []).append(((model, method, length), dict(row)))
     return out

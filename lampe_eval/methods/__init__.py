@@ -1,8 +1,10 @@
-"""Context-extension methods behind one registry. Adding one: a module here + an import below."""
+"""Context-extension methods behind one registry. Adding one: a module here; it registers on import."""
 
-from . import dca, frequency, lampe, rerope, rope, selfextend, string  # noqa: F401  (registers)
+from ..registry import import_submodules
 from .base import METHODS, FrequencyMethod, Method, PositionMethod, RopeBase, create_method
 from .patch import PatchHandle, apply_method, rope_base
+
+import_submodules(__name__, __path__)
 
 __all__ = [
     "METHODS",

@@ -15,13 +15,16 @@ size, YaRN's factor): ``Method.create(name, window=..., target_length=..., **ove
 from __future__ import annotations
 
 import dataclasses
+import types
+import typing
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 
 from ..attention import AttentionPlan, Band, Segment
-from ..errors import LampeEvalError
+from ..errors import LampeEvalError, suggestion
+from ..options import parse_typed
 from ..registry import Registry
 
 
@@ -52,18 +55,25 @@ class Method:
         return [f.name for f in dataclasses.fields(cls)]
 
     @classmethod
+    def typed_params(cls, overrides: dict[str, Any]) -> dict[str, Any]:
+        """``overrides`` (command-line text or YAML data) checked and typed against the fields: an unknown
+        name (with the closest one), a value of the wrong type (``s1=1.5`` for an integer) are errors."""
+        names = cls.param_names()
+        for name in overrides:
+            if name not in names:
+                raise LampeEvalError(
+                    f"method {cls.name!r} has no parameter {name}{suggestion(name, names)} "
+                    f"(its parameters: {', '.join(names) or 'none'})"
+                )
+        hints = typing.get_type_hints(cls)
+        return {k: _coerce(v, hints[k], f"method {cls.name!r}: parameter {k}") for k, v in overrides.items()}
+
+    @classmethod
     def build(cls, window: int, target_length: int | None = None, /, **overrides: Any) -> Method:
-        bad = sorted(set(overrides) - set(cls.param_names()))
-        if bad:
-            raise LampeEvalError(
-                f"method {cls.name!r} has no parameter {', '.join(bad)}; "
-                f"its parameters are: {', '.join(cls.param_names()) or '(none)'}"
-            )
-        params = {**cls.default_params(window, target_length), **overrides}
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        typed = {k: _coerce(v, fields[k].type) for k, v in params.items() if k in fields}
+        """The method for a model window and target length: defaults < ``overrides``, then ``validate``."""
+        params = {**cls.default_params(window, target_length), **cls.typed_params(overrides)}
         try:
-            method = cls(**typed)
+            method = cls(**params)
         except TypeError as err:
             raise LampeEvalError(f"method {cls.name!r}: {err}") from err
         method.validate()
@@ -86,19 +96,22 @@ class Method:
         return f"{self.name}({inner})" if inner else self.name
 
 
-def _coerce(value: Any, annotation: Any) -> Any:
-    """Turn CLI/YAML strings into the field's type ("16" -> 16 for an int field)."""
-    text = str(annotation)
-    if isinstance(value, str):
-        try:
-            if text.startswith("int"):
-                return int(float(value)) if float(value).is_integer() else float(value)
-            if text.startswith("float"):
-                return float(value)
-            if text.startswith("bool"):
-                return value.lower() in {"1", "true", "yes", "on"}
-        except ValueError as err:
-            raise LampeEvalError(f"bad value {value!r} for a parameter of type {text}") from err
+def _coerce(value: Any, annotation: Any, what: str) -> Any:
+    """A parameter value as its field's type, strictly (see :func:`lampe_eval.options.parse_typed`)."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _coerce(value, inner[0], what) if len(inner) == 1 else value
+    if origin is typing.Literal:
+        if value not in args:
+            choices = [str(a) for a in args]
+            hint = suggestion(str(value), choices)
+            raise LampeEvalError(f"{what} must be one of {', '.join(choices)}, got {value!r}{hint}")
+        return value
+    if annotation in (bool, int, float, str):
+        return parse_typed(value, annotation, what)
     return value
 
 

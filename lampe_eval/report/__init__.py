@@ -1,5 +1,5 @@
 """Reports from results stores: comparison tables (Markdown, LaTeX, CSV), the leaderboard CSV, plots,
-and our numbers next to the paper's (``paper_tables/``).
+and our numbers next to the paper's (``paper_tables/`` of :mod:`lampe_eval.resources`).
 
 ``build_report(["results/x"], out="results/x/report")`` writes::
 
@@ -7,7 +7,7 @@ and our numbers next to the paper's (``paper_tables/``).
     leaderboard.csv                       one row per model x method x benchmark x length
     paper-<name>.md|tex|csv               per requested paper table: ours / paper (difference)
     paper-<name>-cells.csv                the same comparison, one line per cell, raw numbers
-    <benchmark>-by-length.png, longbench-leval-by-bucket.png
+    <benchmark>-by-length.png, <benchmarks>-by-bucket.png (those that declare bucket_plot)
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .data import load_records, task_scores
+from .data import load_records, one_setting_per_cell, task_scores
 from .leaderboard import LEADERBOARD_COLUMNS, leaderboard_csv
 from .paper import compare, comparison_csv, load_paper_table, paper_table_names
 from .plots import make_plots
@@ -33,6 +33,7 @@ class Report:
     paper_tables: list[Table]
     files: list[Path] = field(default_factory=list)
     text: str = ""  # the tables in the first requested format (what the CLI prints)
+    warnings: list[str] = field(default_factory=list)  # one line each (unreadable lines skipped, ...)
 
 
 def build_report(
@@ -46,12 +47,13 @@ def build_report(
     plots: bool = True,
     bucket_edges: Sequence[int] | None = None,
 ) -> Report:
-    records = load_records(results)
+    warnings: list[str] = []
+    records = one_setting_per_cell(load_records(results, warnings), warnings)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     scores = task_scores(records)
     tables = generic_tables(scores)
-    report = Report(tables=tables, paper_tables=[])
+    report = Report(tables=tables, paper_tables=[], warnings=warnings)
     for fmt in formats:
         path = out / f"tables.{EXTENSIONS[fmt]}"
         path.write_text(render(tables, fmt))

@@ -3,10 +3,10 @@
 A *variant* is a method plus the parameters the user set explicitly (``--param``, an experiment's
 ``params:``); parameters the method derives from the length or reads from ``method_configs/``
 (YaRN's factor, SelfExtend's G at 16K vs 25K) are part of the method, so one variant spans all
-lengths. Task scores use the benchmark's own ``aggregate`` (PG-19: token-weighted perplexity) when
-the benchmark is registered, else the mean of each metric; the headline metric is the aggregate's
-first key. A benchmark-level score is the mean of its task headlines (LongBench's and RULER's
-"Avg." in the paper).
+lengths. Task scores use the benchmark's own ``aggregate`` when the benchmark is registered, else the
+mean of each metric; the headline metric is the aggregate's first key, shown and ranked as the
+benchmark declares it (:class:`~lampe_eval.benchmarks.base.Metric`). A benchmark-level score is the
+mean of its task headlines (the paper's "Avg.").
 """
 
 from __future__ import annotations
@@ -19,14 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..benchmarks.base import Metric, aggregate, metric_of
 from ..errors import LampeEvalError
-from ..runner.store import RECORDS_FILE, iter_records
-
-LOWER_IS_BETTER = {"ppl", "ppl_last_quarter", "nll", "nll_last_quarter", "loss", "perplexity"}
-
-
-def higher_is_better(metric: str) -> bool:
-    return metric not in LOWER_IS_BETTER
+from ..runner.store import RECORDS_FILE, Problems, valid_records
 
 
 @dataclass(frozen=True)
@@ -61,6 +56,10 @@ class TaskScore:
     def score(self) -> float:
         return self.metrics[self.metric] if self.metrics else math.nan
 
+    def metric_info(self, name: str = "") -> Metric:
+        """How the benchmark shows and ranks ``name`` (default: the headline)."""
+        return metric_of(self.benchmark, name or self.metric)
+
 
 def record_files(paths: Iterable[str | Path]) -> list[Path]:
     """``records.jsonl`` files of the given results directories or files (searched recursively)."""
@@ -79,15 +78,70 @@ def record_files(paths: Iterable[str | Path]) -> list[Path]:
     return out
 
 
-def load_records(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
-    """Records of every store under ``paths``, one per key (the last written wins)."""
+def load_records(paths: Iterable[str | Path], warnings: list[str] | None = None) -> list[dict[str, Any]]:
+    """Records of every store under ``paths``, one per key (the last written wins).
+
+    Unreadable lines and records with a field of the wrong type are skipped; each file that had some
+    (or nothing readable) adds one line to ``warnings``. Nothing readable at all is an error.
+    """
     by_key: dict[str, dict[str, Any]] = {}
+    empty: list[str] = []
+    notes: list[str] = []
     for path in record_files(paths):
-        for record in iter_records(path):
-            if "key" in record and "scores" in record:
-                by_key.pop(record["key"], None)
-                by_key[record["key"]] = record
+        problems = Problems()
+        count = 0
+        for record in valid_records(path, problems):
+            count += 1
+            by_key.pop(record["key"], None)
+            by_key[record["key"]] = record
+        if count == 0:
+            what = "is empty" if problems.lines == 0 else f"has no readable record: {problems.summary()}"
+            empty.append(f"{path} {what}")
+        elif problems.summary():
+            notes.append(f"{path}: {problems.summary()}")
+    if not by_key:
+        raise LampeEvalError("no results to report: " + "; ".join(empty))
+    if warnings is not None:
+        warnings.extend(notes + empty)
     return list(by_key.values())
+
+
+def setting_of(record: dict[str, Any]) -> str:
+    """The benchmark options (those that change results) and data directory a record was computed with."""
+    from ..benchmarks.base import benchmark_class
+
+    options = record.get("options") or {}
+    cls = benchmark_class(record["benchmark"])
+    setting = cls.identity_options(options) if cls and isinstance(options, dict) else options
+    if record.get("data_dir"):
+        setting = {**setting, "data_dir": record["data_dir"]}
+    return json.dumps(setting, sort_keys=True, default=str)
+
+
+def one_setting_per_cell(
+    records: list[dict[str, Any]], warnings: list[str] | None = None
+) -> list[dict[str, Any]]:
+    """Never average samples computed on different data: where one (model, variant, benchmark, task,
+    length) holds records of several benchmark settings (``--opt``, ``--data-dir``), keep those of the
+    setting written last, and say so in ``warnings``."""
+    cells: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
+    for record in records:  # file order: the last written record of a key comes last
+        cells[
+            (record["model"], variant_of(record), record["benchmark"], record["task"], record["length"])
+        ].append(record)
+    out = []
+    for (model, variant, benchmark, task, length), items in cells.items():
+        settings = {setting_of(r) for r in items}
+        if len(settings) > 1:
+            latest = setting_of(items[-1])
+            items = [r for r in items if setting_of(r) == latest]
+            if warnings is not None:
+                warnings.append(
+                    f"{benchmark}/{task} at {length} ({model}, {variant.method}): records of {len(settings)} "
+                    f"benchmark settings; the report uses the latest ({latest})"
+                )
+        out.extend(items)
+    return out
 
 
 def variant_of(record: dict[str, Any]) -> Variant:
@@ -95,17 +149,6 @@ def variant_of(record: dict[str, Any]) -> Variant:
     if params is None:  # records written before variant_params existed
         params = {}
     return Variant(record["method"], json.dumps(params, sort_keys=True, default=str))
-
-
-def aggregate(benchmark: str, task: str, scores: Sequence[dict[str, float]]) -> dict[str, float]:
-    from ..benchmarks import BENCHMARKS, get_benchmark
-
-    if benchmark in BENCHMARKS:
-        return get_benchmark(benchmark).aggregate(task, list(scores))
-    if not scores:
-        return {}
-    keys = list(scores[0])
-    return {k: sum(s[k] for s in scores if k in s) / len(scores) for k in keys}
 
 
 def task_scores(

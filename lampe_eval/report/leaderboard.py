@@ -10,8 +10,8 @@ variant_params      JSON of the explicitly set parameters (``{}``: the method's 
 benchmark           benchmark name
 length              target context length in tokens
 length_label        the same as written on the command line (``16k``)
-metric              headline metric of the benchmark's tasks (``ppl`` for PG-19, else a 0-100 score)
-higher_is_better    ``true`` / ``false``
+metric              headline metric of the benchmark's tasks (as the benchmark names it)
+higher_is_better    ``true`` / ``false`` (as the benchmark declares the metric)
 score               mean of the task-level headline over the tasks that ran (empty if none)
 tasks               number of tasks with results
 samples             number of samples behind the score
@@ -30,7 +30,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from ..lengths import format_length
-from .data import TaskScore, higher_is_better, mean, method_order, variant_labels
+from .data import TaskScore, mean, method_order, variant_labels
 
 LEADERBOARD_COLUMNS = [
     "model",
@@ -74,7 +74,7 @@ def leaderboard_rows(scores: Sequence[TaskScore]) -> list[dict[str, object]]:
                 "length": length,
                 "length_label": format_length(length),
                 "metric": metric,
-                "higher_is_better": str(higher_is_better(metric)).lower(),
+                "higher_is_better": str(items[0].metric_info().higher_is_better).lower(),
                 "score": "" if score is None else round(score, 6),
                 "tasks": len(items),
                 "samples": samples,

@@ -1,32 +1,34 @@
-"""Our results next to the paper's numbers, cell by cell, with the difference.
+"""Our results next to a paper's numbers, cell by cell, with the difference.
 
-The paper's tables are transcribed in ``paper_tables/<name>.yaml``::
+A paper's tables are transcribed in ``paper_tables/<name>.yaml`` (package data, :mod:`lampe_eval.resources`;
+a file of your own in ``$LAMPE_EVAL_HOME/paper_tables/`` adds a table)::
 
-    name: ppl
+    name: mytable
     title: ...
-    source: where in lampe-paper.tex
-    metric: ppl                      # the headline metric compared
+    source: where in the paper
+    metric: <metric>                 # the headline metric compared (as the benchmark declares it)
     higher_is_better: false
-    groups: [[LongBench, 7], [L-Eval, 6]]     # optional spanning header
+    groups: [[Bench A, 7], [Bench B, 6]]     # optional spanning header
     columns:                         # a column is the mean of the task headlines of its tasks ...
-      - {label: 4K, benchmark: pg19, tasks: [pg19], length: 4k}   # length: else the row's length
+      - {label: 4K, benchmark: <bench>, tasks: [<task>], length: 4k}   # length: else the row's length
       - {label: Avg., average: [4K, 8K]}       # ... or the mean of other columns of the row
     blocks:
       - model: llama2-7b-chat        # a preset name (what the runner records as "model")
         label: "32K"                 # optional, for the title
         rows:
           - {label: "+ SelfExtend(16K)", method: selfextend, length: 16k, values: [27.30, ...]}
-          - {label: "Llama2-7B-Chat", method: rope, length: {longbench: 3500, leval: 4000}, values: [...]}
+          - {label: "Llama2-7B-Chat", method: rope, length: {<bench a>: 3500, <bench b>: 4000}, values: [...]}
 
 A row's ``length`` may name one length per benchmark (the official budgets differ between benchmarks).
-Paper values are numbers, ``">1e2"`` (the paper's ">10^2": saturated, no difference computed) or
-``null`` (not reported). A row may pin ``params`` (the variant's explicit parameters); otherwise the
-variant run without explicit parameters is used.
+Paper values are numbers, ``">1e2"``-style strings (saturated, past the metric's cap: no difference
+computed) or ``null`` (not reported). A row may pin ``params`` (the variant's explicit parameters);
+otherwise the variant run without explicit parameters is used.
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import math
@@ -34,27 +36,35 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from ..errors import LampeEvalError
+from .. import resources
+from ..benchmarks.base import Metric, metric_of
+from ..errors import LampeEvalError, unknown
 from ..lengths import format_length, parse_length
 from .data import TaskScore, Variant, mean
-from .tables import SATURATION, Cell, Table, format_value, slug
-
-PAPER_DIR = Path(__file__).resolve().parent / "paper_tables"
+from .tables import Cell, Table, slug
 
 
 def paper_table_names() -> list[str]:
-    return sorted(p.stem for p in PAPER_DIR.glob("*.yaml"))
+    return list(resources.listing("paper_tables", ".yaml"))
 
 
 def load_paper_table(name: str) -> dict[str, Any]:
-    path = Path(name) if name.endswith(".yaml") else PAPER_DIR / f"{name}.yaml"
-    if not path.is_file():
-        raise LampeEvalError(f"unknown paper table {name!r}; choose one of: {', '.join(paper_table_names())}")
-    spec = yaml.safe_load(path.read_text())
-    validate_spec(spec, str(path))
+    path: resources.Resource | None = Path(name) if name.endswith(".yaml") else None
+    if path is None or not path.is_file():
+        path = resources.listing("paper_tables", ".yaml").get(name)
+    if path is None:
+        raise unknown("paper table", name, paper_table_names())
+    spec = resources.read_yaml(path)
+    validate_spec(spec, resources.display(path))
     return spec
+
+
+def spec_metric(spec: dict[str, Any]) -> Metric:
+    """The compared metric as the benchmark of the table's columns declares it (cap, format), with the
+    table's own direction."""
+    benchmark = next((c["benchmark"] for c in spec.get("columns") or [] if c.get("benchmark")), "")
+    metric = metric_of(benchmark, str(spec.get("metric", "score")))
+    return dataclasses.replace(metric, higher_is_better=bool(spec.get("higher_is_better", True)))
 
 
 def validate_spec(spec: dict[str, Any], where: str) -> None:
@@ -144,8 +154,7 @@ def compare(
     variants_of: dict[str, set[Variant]] = {}
     for s in scores:
         variants_of.setdefault(s.model, set()).add(s.variant)
-    metric = spec.get("metric", "")
-    better_high = bool(spec.get("higher_is_better", True))
+    metric = spec_metric(spec)
     columns = spec["columns"]
     out: list[Comparison] = []
     for block in spec["blocks"]:
@@ -169,7 +178,7 @@ def compare(
                     ours = _column_value(index, model, variant, column, length, metric)
                 ours_by_label[column["label"]] = ours
                 paper = paper_value(raw)
-                diff = ours - paper if _comparable(ours, metric) and _comparable(paper, metric) else None
+                diff = _difference(ours, paper, metric)
                 cells.append(Cell(ours, _cell_text(ours, paper, diff, metric)))
                 long_rows.append(
                     {
@@ -200,7 +209,6 @@ def compare(
             columns=[c["label"] for c in columns],
             rows=table_rows,
             metric=metric,
-            higher_is_better=better_high,
             groups=[tuple(g) for g in spec.get("groups") or []],
             notes=[
                 f"Cells: ours / paper (ours - paper). Bold: our best per column. Source: {spec.get('source')}"
@@ -212,17 +220,22 @@ def compare(
     return out
 
 
-def _comparable(value: float | None, metric: str) -> bool:
-    if value is None or not math.isfinite(value):
-        return False
-    return not (metric.startswith("ppl") and value > SATURATION)
+def _comparable(value: float | None, metric: Metric) -> bool:
+    return value is not None and math.isfinite(value) and not metric.saturated(value)
 
 
-def _average(parts: list[float | None], metric: str) -> float | None:
+def _difference(ours: float | None, paper: float | None, metric: Metric) -> float | None:
+    """ours - paper, when both are numbers within the metric's cap."""
+    if ours is None or paper is None or not (_comparable(ours, metric) and _comparable(paper, metric)):
+        return None
+    return ours - paper
+
+
+def _average(parts: list[float | None], metric: Metric) -> float | None:
     if not parts or any(p is None for p in parts):
         return None
     values = [float(p) for p in parts if p is not None]
-    if metric.startswith("ppl") and any(not math.isfinite(v) or v > SATURATION for v in values):
+    if any(metric.saturated(v) for v in values):
         return None
     return mean(values)
 
@@ -233,7 +246,7 @@ def _column_value(
     variant: Variant | None,
     column: dict[str, Any],
     length: int,
-    metric: str,
+    metric: Metric,
 ) -> float | None:
     if variant is None:
         return None
@@ -242,13 +255,13 @@ def _column_value(
         score = index.get((model, variant, column["benchmark"], task, length))
         if score is None:
             return None
-        values.append(score.metrics.get(metric, score.score))
+        values.append(score.metrics.get(metric.name, score.score))
     return mean(values)
 
 
-def _cell_text(ours: float | None, paper: float | None, diff: float | None, metric: str) -> str:
-    paper_text = "-" if paper is None else format_value(paper, metric)
-    ours_text = format_value(ours, metric)
+def _cell_text(ours: float | None, paper: float | None, diff: float | None, metric: Metric) -> str:
+    paper_text = "-" if paper is None else metric.format(paper)
+    ours_text = metric.format(ours)
     if diff is None:
         return f"{ours_text} / {paper_text}"
     return f"{ours_text} / {paper_text} ({diff:+.2f})"

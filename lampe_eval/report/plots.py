@@ -1,9 +1,10 @@
 """PNG plots (matplotlib, Agg backend):
 
 - ``<benchmark>-by-length.png``: benchmark score vs context length, one line per method, one panel
-  per model (the paper's Figure 4 for RULER; perplexity vs length for PG-19, log scale);
-- ``<benchmark>-by-bucket.png``: mean score by input-length bucket, one bar per method (and length
-  setting), one panel per model (Figure 5: LongBench / L-Eval, buckets [0, window] and window+).
+  per model (the paper's Figure 4; a log axis and the cap line where the metric declares them);
+- ``<benchmarks>-by-bucket.png``: mean score by input-length bucket, one bar per method (and length
+  setting), one panel per model, over the benchmarks that declare ``bucket_plot`` (the paper's
+  Figure 5, buckets [0, window] and window+).
 """
 
 from __future__ import annotations
@@ -20,11 +21,15 @@ import matplotlib.ticker
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from ..benchmarks.base import BENCHMARKS, benchmark_class, metric_of  # noqa: E402
 from ..lengths import format_length  # noqa: E402
-from .data import TaskScore, higher_is_better, mean, method_order, variant_labels, variant_of  # noqa: E402
-from .tables import SATURATION, benchmark_score  # noqa: E402
+from .data import TaskScore, mean, method_order, variant_labels, variant_of  # noqa: E402
+from .tables import benchmark_score  # noqa: E402
 
-BUCKET_BENCHMARKS = ("longbench", "leval")
+
+def bucket_benchmarks() -> list[str]:
+    """The registered benchmarks that take part in the bucket plot."""
+    return [name for name in BENCHMARKS.names() if BENCHMARKS.get(name).bucket_plot]
 
 
 def _panels(count: int) -> tuple[Any, list[Any]]:
@@ -44,7 +49,7 @@ def plot_by_length(scores: Sequence[TaskScore], benchmark: str, path: Path) -> P
         return None
     models = sorted({s.model for s in mine})
     labels = variant_labels(s.variant for s in mine)
-    metric = mine[0].metric
+    metric = mine[0].metric_info()
     fig, axes = _panels(len(models))
     for ax, model in zip(axes, models, strict=True):
         cells: dict[tuple[Any, int], dict[str, TaskScore]] = defaultdict(dict)
@@ -68,17 +73,17 @@ def plot_by_length(scores: Sequence[TaskScore], benchmark: str, path: Path) -> P
         ax.set_xscale("log", base=2)
         ax.set_xticks(lengths, [format_length(n) for n in lengths])
         ax.minorticks_off()
-        if metric.startswith("ppl"):
+        if metric.log_scale:
             ax.set_yscale("log")
             plain = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}")
             ax.yaxis.set_major_formatter(plain)
             ax.yaxis.set_minor_formatter(plain)
-            if top > SATURATION / 2:  # the paper's ">10^2" line, when the curves get near it
-                ax.axhline(SATURATION, color="grey", linestyle=":", linewidth=1)
+        if metric.cap is not None and top > metric.cap / 2:  # the cap line, when the curves get near it
+            ax.axhline(metric.cap, color="grey", linestyle=":", linewidth=1)
         ax.set_title(f"{benchmark} | {model}")
         ax.set_xlabel("context length (tokens)")
-        what = metric if len(tasks) == 1 else f"mean {metric} ({len(tasks)} tasks)"
-        ax.set_ylabel(f"{what}, {'higher' if higher_is_better(metric) else 'lower'} is better")
+        what = metric.title if len(tasks) == 1 else f"mean {metric.title} ({len(tasks)} tasks)"
+        ax.set_ylabel(f"{what}, {'higher' if metric.higher_is_better else 'lower'} is better")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
@@ -104,15 +109,22 @@ def bucket_label(edges: list[int], i: int) -> str:
     return f"{format_length(low)}-{format_length(edges[i])}"
 
 
-ORIGINAL_LENGTH_KEYS = ("original_tokens", "record_tokens", "document_tokens")  # before truncation
+def input_length_keys(benchmark: str | None) -> list[str]:
+    """Meta keys that hold a sample's input length before truncation: the benchmark's own, or (a record
+    of an unknown benchmark) those of every registered benchmark."""
+    cls = benchmark_class(benchmark) if benchmark else None
+    if cls is not None:
+        return [cls.input_length_key] if cls.input_length_key else []
+    keys = (BENCHMARKS.get(name).input_length_key for name in BENCHMARKS.names())
+    return [k for k in keys if k]
 
 
 def input_tokens(record: dict[str, Any]) -> int | None:
-    """The sample's input length before truncation when the benchmark records it (InfiniteBench,
-    LongBench, L-Eval meta), else the tokens given to the model: every method's run of a sample then
+    """The sample's input length before truncation when the benchmark records it (its
+    ``input_length_key``), else the tokens given to the model: every method's run of a sample then
     falls in the same bucket, as in the paper's Figure 5."""
     meta = record.get("meta") or {}
-    for key in ORIGINAL_LENGTH_KEYS:
+    for key in input_length_keys(record.get("benchmark")):
         if isinstance(meta.get(key), (int, float)):
             return int(meta[key])
     tokens = record.get("prompt_tokens")
@@ -139,11 +151,11 @@ def plot_by_bucket(
         table: dict[tuple[Any, int], dict[int, dict[str, list[float]]]] = defaultdict(
             lambda: defaultdict(lambda: defaultdict(list))
         )
-        metric = ""
+        metric = None
         for r in mine:
             if r["model"] != model or not r["scores"]:
                 continue
-            metric = metric or next(iter(r["scores"]))
+            metric = metric or metric_of(r["benchmark"], next(iter(r["scores"])))
             bucket = sum(int(input_tokens(r) or 0) > c for c in cuts)
             table[(variant_of(r), int(r["length"]))][bucket][f"{r['benchmark']}/{r['task']}"].append(
                 next(iter(r["scores"].values()))
@@ -166,7 +178,7 @@ def plot_by_bucket(
         ax.set_xticks(range(len(cuts) + 1), [bucket_label(cuts, b) for b in range(len(cuts) + 1)])
         ax.set_title(f"{title or '/'.join(benchmarks)} | {model}")
         ax.set_xlabel("input length (tokens)")
-        arrow = "higher is better" if higher_is_better(metric) else "lower is better"
+        arrow = "higher is better" if metric is None or metric.higher_is_better else "lower is better"
         ax.set_ylabel(f"mean score ({arrow})")
         ax.grid(True, axis="y", alpha=0.3)
         ax.legend(fontsize=7)
@@ -182,7 +194,6 @@ def make_plots(
     records: Sequence[dict[str, Any]],
     out: Path,
     *,
-    bucket_benchmarks: Sequence[str] = BUCKET_BENCHMARKS,
     edges: Sequence[int] | None = None,
 ) -> list[Path]:
     paths: list[Path] = []
@@ -192,7 +203,7 @@ def make_plots(
             made = plot_by_length(scores, benchmark, out / f"{benchmark}-by-length.png")
             if made:
                 paths.append(made)
-    present = [b for b in bucket_benchmarks if any(r.get("benchmark") == b for r in records)]
+    present = [b for b in bucket_benchmarks() if any(r.get("benchmark") == b for r in records)]
     if present:
         made = plot_by_bucket(records, present, out / f"{'-'.join(present)}-by-bucket.png", edges)
         if made:

@@ -3,12 +3,13 @@
 Generic tables from any results, per benchmark and model:
 
 - *by task*, one per length: columns are the benchmark's tasks and ``Avg.`` (the mean of the task
-  headlines, like the paper's Tables 1, 2 and the RULER appendix);
+  headlines, like the paper's Tables 1, 2 and its appendix tables);
 - *by length*: columns are the lengths and ``Avg.`` (the benchmark score per length, like the
-  paper's PG-19 table and the data behind Figure 4); also one per secondary metric every result
-  has (PG-19's ``ppl_last_quarter``).
+  paper's appendix D table and the data behind Figure 4); also one per metric the benchmark marks
+  ``own_table`` when every result has it.
 
-The best value of each column is bold (highest, or lowest for perplexity).
+The best value of each column is bold (highest, or lowest where the metric says lower is better);
+values past a metric's cap print as its ``cap_text`` and are not ranked or averaged.
 """
 
 from __future__ import annotations
@@ -21,22 +22,9 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ..benchmarks.base import Metric, benchmark_class, metric_of
 from ..lengths import format_length
-from .data import TaskScore, Variant, higher_is_better, mean, method_order, variant_labels
-
-SATURATION = 100.0  # perplexities above this print as ">10^2", as in the paper's Appendix D
-# Metrics that get their own by-length table when every result has them (PG-19: where extrapolation bites).
-SECONDARY_METRICS = ("ppl_last_quarter",)
-
-
-def format_value(value: float | None, metric: str) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    if metric.startswith("ppl") and (not math.isfinite(value) or value > SATURATION):
-        return ">10^2"
-    if not math.isfinite(value):
-        return "inf" if value > 0 else "-inf"
-    return f"{value:.2f}"
+from .data import TaskScore, Variant, mean, method_order, variant_labels
 
 
 @dataclass
@@ -52,22 +40,28 @@ class Table:
     title: str
     columns: list[str]
     rows: list[tuple[str, list[Cell]]]
-    metric: str = ""
-    higher_is_better: bool = True
+    metric: Metric = field(default_factory=lambda: Metric("score"))
     groups: list[tuple[str, int]] = field(default_factory=list)  # spanning header: (label, columns)
     notes: list[str] = field(default_factory=list)
     corner: str = "method"
 
+    @property
+    def higher_is_better(self) -> bool:
+        return self.metric.higher_is_better
+
     def text(self, cell: Cell) -> str:
-        return cell.text if cell.text is not None else format_value(cell.value, self.metric)
+        return cell.text if cell.text is not None else self.metric.format(cell.value)
 
     def mark_best(self, skip_rows: Sequence[str] = ()) -> Table:
         """Bold the best value of each column (ties: all of them); rows in ``skip_rows`` compete not."""
         for c in range(len(self.columns)):
             values = [
-                cells[c].value
+                value
                 for label, cells in self.rows
-                if label not in skip_rows and cells[c].value is not None and not math.isnan(cells[c].value)
+                if label not in skip_rows
+                and (value := cells[c].value) is not None
+                and not math.isnan(value)
+                and not self.metric.saturated(value)
             ]
             if not values:
                 continue
@@ -101,9 +95,11 @@ def latex_escape(text: str) -> str:
     return re.sub(r"[&%_#${}]", lambda m: _LATEX_ESCAPES[m.group()], text)
 
 
+_POWER = re.compile(r"([<>]?\d+\^\d+)")  # a metric's cap text such as 10^k: math mode in LaTeX
+
+
 def _latex_cell(table: Table, cell: Cell) -> str:
-    text = table.text(cell)
-    text = latex_escape(text).replace(">10^2", r"$>10^2$")
+    text = _POWER.sub(r"$\1$", latex_escape(table.text(cell)))
     return rf"\textbf{{{text}}}" if cell.bold else text
 
 
@@ -179,12 +175,17 @@ def benchmark_score(cells: dict[str, TaskScore], tasks: Sequence[str], metric: s
 
 
 def task_order(benchmark: str, seen: set[str]) -> list[str]:
-    from ..benchmarks import BENCHMARKS, get_benchmark
-
-    if benchmark in BENCHMARKS:
-        order = [t for t in get_benchmark(benchmark).tasks() if t in seen]
+    cls = benchmark_class(benchmark)
+    if cls is not None:
+        order = [t for t in cls().tasks() if t in seen]
         return order + sorted(seen - set(order))
     return sorted(seen)
+
+
+def own_table_metrics(benchmark: str) -> list[str]:
+    """The metrics the benchmark gives their own by-length table."""
+    cls = benchmark_class(benchmark)
+    return [m.name for m in cls.metrics if m.own_table] if cls else []
 
 
 def generic_tables(scores: Sequence[TaskScore]) -> list[Table]:
@@ -200,9 +201,9 @@ def generic_tables(scores: Sequence[TaskScore]) -> list[Table]:
         lengths = sorted({length for _, length in cells})
         variants = method_order({v for v, _ in cells})
         labels = variant_labels(variants)
-        metrics = {ts.metric for per in cells.values() for ts in per.values()}
-        metric = metrics.pop() if len(metrics) == 1 else "score"  # mixed headlines (LongBench): "score"
-        better = higher_is_better(metric)
+        names = {ts.metric for per in cells.values() for ts in per.values()}
+        # tasks with different headlines (mixed scorers) share one 0-100 "score"
+        metric = metric_of(benchmark, names.pop()) if len(names) == 1 else Metric("score")
         if len(tasks) > 1:
             for length in lengths:
                 rows = []
@@ -216,17 +217,20 @@ def generic_tables(scores: Sequence[TaskScore]) -> list[Table]:
                 tables.append(
                     Table(
                         key=slug(benchmark, model, format_length(length)),
-                        title=f"{benchmark} | {model} | {format_length(length)} ({metric}, by task)",
+                        title=f"{benchmark} | {model} | {format_length(length)} ({metric.name}, by task)",
                         columns=[*tasks, "Avg."],
                         rows=rows,
                         metric=metric,
-                        higher_is_better=better,
                     ).mark_best()
                 )
         tables.append(by_length_table(benchmark, model, cells, tasks, variants, labels, metric))
         results = [ts for per in cells.values() for ts in per.values()]
-        for extra in (m for m in SECONDARY_METRICS if all(m in ts.metrics for ts in results)):
-            tables.append(by_length_table(benchmark, model, cells, tasks, variants, labels, extra, key=extra))
+        for extra in own_table_metrics(benchmark):
+            if all(extra in ts.metrics for ts in results):
+                extra_metric = metric_of(benchmark, extra)
+                tables.append(
+                    by_length_table(benchmark, model, cells, tasks, variants, labels, extra_metric, key=extra)
+                )
     return tables
 
 
@@ -237,7 +241,7 @@ def by_length_table(
     tasks: Sequence[str],
     variants: Sequence[Variant],
     labels: dict[Variant, str],
-    metric: str,
+    metric: Metric,
     key: str = "",
 ) -> Table:
     """Methods x lengths of the benchmark score (the headline, or the named ``key`` metric)."""
@@ -247,21 +251,19 @@ def by_length_table(
         row = [Cell(benchmark_score(cells.get((v, n), {}), tasks, key)) for n in lengths]
         row.append(Cell(lengths_average([c.value for c in row], metric)))
         rows.append((labels[v], row))
-    what = metric if len(tasks) == 1 else f"mean {metric} over {len(tasks)} tasks"
+    what = metric.name if len(tasks) == 1 else f"mean {metric.name} over {len(tasks)} tasks"
     return Table(
         key=slug(benchmark, model, "by-length", key),
         title=f"{benchmark} | {model} | by length ({what})",
         columns=[*(format_length(n) for n in lengths), "Avg."],
         rows=rows,
         metric=metric,
-        higher_is_better=higher_is_better(metric),
     ).mark_best()
 
 
-def lengths_average(values: Sequence[float | None], metric: str) -> float | None:
-    """Mean over lengths; None when one is missing, or (perplexity) saturated as in the paper."""
-    if not values or any(v is None or math.isnan(v) for v in values):
+def lengths_average(values: Sequence[float | None], metric: Metric) -> float | None:
+    """Mean over lengths; None when one is missing or saturated (as the paper prints no average then)."""
+    numbers = [v for v in values if v is not None and not math.isnan(v)]
+    if not values or len(numbers) < len(values) or any(metric.saturated(v) for v in numbers):
         return None
-    if metric.startswith("ppl") and any(not math.isfinite(v) or v > SATURATION for v in values):
-        return None
-    return mean([float(v) for v in values if v is not None])
+    return mean(numbers)

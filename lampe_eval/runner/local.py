@@ -1,12 +1,14 @@
-"""Run a list of jobs: pick the workers (inline, one process per GPU, or Ray), feed them, summarise.
+"""Run an experiment: pick the workers (inline, one process per GPU, or Ray), feed them, summarise.
 
-Resuming: finished samples are read from the store once, here, and travel with each work unit, so a
-rerun of the same command only computes what is missing. Ctrl-C stops at once; every finished
-sample is already on disk (each record is fsynced when it is written).
+Resuming: finished samples (with the fingerprint of the sample each was computed on) are read from
+the store here and travel with each work unit, so a rerun of the same command only computes what is
+missing or what was computed on other data. Ctrl-C stops at once; every finished sample is already on
+disk (each record is fsynced when it is written).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from collections import defaultdict
@@ -15,13 +17,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import LampeEvalError
-from ..models import LoadedModel
+from .claims import Claims
+from .experiment import Experiment, RunSettings, prepare_output
 from .jobs import Job, WorkUnit, make_units
 from .pool import Handle, InlineHandle, ProcessHandle, drive
 from .store import ResultStore
 from .worker import Event, WorkerConfig, git_revision, unit_id
 
-__all__ = ["JobsFailedError", "RunResult", "execute", "git_revision", "run_jobs", "summarize", "visible_gpus"]
+__all__ = ["JobsFailedError", "RunResult", "git_revision", "run", "summarize", "visible_gpus"]
 
 
 class JobsFailedError(LampeEvalError):
@@ -42,6 +45,13 @@ class RunResult:
     computed: int = 0  # samples computed in this run
     skipped: int = 0  # samples found in the store
     not_started: list[WorkUnit] = field(default_factory=list)
+    confirmed: set[str] = field(default_factory=set)  # sample keys computed or found valid in this run
+
+    def raise_for_failures(self) -> RunResult:
+        """Raise :class:`JobsFailedError` when some jobs failed (the others ran and are stored)."""
+        if self.failures:
+            raise JobsFailedError(self.failures)
+        return self
 
 
 def visible_gpus() -> list[str]:
@@ -60,46 +70,63 @@ def visible_gpus() -> list[str]:
     return [str(i) for i in range(count)]
 
 
-def summarize(jobs: Sequence[Job], store: ResultStore) -> dict[str, dict[str, float]]:
-    """Each job's task-level aggregate from the stored samples (its first ``limit`` samples)."""
-    from ..benchmarks import BENCHMARKS, get_benchmark
+def summarize(
+    jobs: Sequence[Job], store: ResultStore, confirmed: set[str] | None = None
+) -> dict[str, dict[str, float]]:
+    """Each job's task-level aggregate from the stored samples (its first ``limit`` samples); with
+    ``confirmed``, only those sample keys (the samples the jobs consist of in this run, so records of
+    samples the data no longer has are left out)."""
+    from ..benchmarks.base import aggregate
 
     wanted = {job.key(): job for job in jobs}
     scores: dict[str, list[tuple[int, dict[str, float]]]] = defaultdict(list)
     for record in store.unique_records():
-        job = wanted.get(record.get("job_key", ""))
-        if job is None:
+        job = wanted.get(record["job_key"])
+        if job is None or (confirmed is not None and record["key"] not in confirmed):
             continue
-        index = int(record.get("index", 0))
+        index = record["index"]
         if job.limit is None or index < job.limit:
             scores[job.key()].append((index, record["scores"]))
     out: dict[str, dict[str, float]] = {}
     for key, items in scores.items():
         job = wanted[key]
         ordered = [s for _, s in sorted(items, key=lambda item: item[0])]
-        if job.benchmark in BENCHMARKS:
-            out[key] = get_benchmark(job.benchmark).aggregate(job.task, ordered)
-        else:
-            metrics = list(ordered[0])
-            out[key] = {m: sum(s[m] for s in ordered) / len(ordered) for m in metrics}
+        out[key] = aggregate(job.benchmark, job.task, ordered)
     return out
 
 
-def make_handles(
-    config: WorkerConfig,
-    store: ResultStore,
-    *,
-    workers: int | None,
-    gpus: list[str] | None,
-    use_ray: bool,
-    ray_address: str | None,
-    ray_init: dict[str, Any] | None = None,
-) -> list[Handle]:
-    if use_ray or ray_address:
+class StoreGate:
+    """The job claims of a results directory, with the store's finished samples at claim time."""
+
+    def __init__(self, store: ResultStore, claims: Claims) -> None:
+        self.store = store
+        self.claims = claims
+
+    def claim(self, job: Job) -> tuple[frozenset[str], dict[str, str | None]] | str:
+        holder = self.claims.acquire(job.key())
+        if holder is not None:
+            return f"{job.describe()}: run by another lampe-eval process ({holder.describe()}), waiting"
+        self.store.refresh()  # what other runs stored until now
+        fingerprints = self.store.fingerprints(job.key())
+        return frozenset(fingerprints), fingerprints
+
+    def release(self, job: Job) -> None:
+        self.claims.release(job.key())
+
+
+def make_handles(config: WorkerConfig, store: ResultStore, settings: RunSettings) -> list[Handle]:
+    """The workers: Ray actors, one process per GPU, N CPU processes, or one inline worker."""
+    if settings.ray or settings.ray_address:
         from .ray_backend import ray_handles
 
-        return list(ray_handles(config, store, address=ray_address, workers=workers, init_kwargs=ray_init))
-    device = config.device
+        init = dict(settings.ray_init or {})
+        return list(
+            ray_handles(
+                config, store, address=settings.ray_address, workers=settings.workers, init_kwargs=init
+            )
+        )
+    device, workers = config.device, settings.workers
+    gpus = list(settings.gpus) if settings.gpus is not None else None
     if config.load is not None and workers is None and gpus is None:
         return [InlineHandle(config, store)]  # a custom loader (tests, notebooks) runs here unless asked
     if gpus is None:
@@ -108,62 +135,46 @@ def make_handles(
         if workers and workers != len(gpus):
             raise LampeEvalError(f"--workers {workers} with {len(gpus)} GPUs: one worker per GPU")
         lock = threading.Lock()
-        gpu_config = WorkerConfig(**{**config.__dict__, "device": "cuda"})
+        gpu_config = dataclasses.replace(config, device="cuda")
         return [
             ProcessHandle(gpu_config, str(store.directory), f"gpu-{gpu}", {"CUDA_VISIBLE_DEVICES": gpu}, lock)
             for gpu in gpus
         ]
     if workers and workers > 1:  # several CPU processes (or several workers sharing one GPU)
         lock = threading.Lock()
-        return [
-            ProcessHandle(
-                config, str(store.directory), f"worker-{i}", {"CUDA_VISIBLE_DEVICES": gpus[0]}, lock
-            )
-            if gpus
-            else ProcessHandle(config, str(store.directory), f"worker-{i}", None, lock)
-            for i in range(workers)
-        ]
+        env = {"CUDA_VISIBLE_DEVICES": gpus[0]} if gpus else None
+        return [ProcessHandle(config, str(store.directory), f"worker-{i}", env, lock) for i in range(workers)]
     return [InlineHandle(config, store)]  # one worker in this process: CPU, or the one GPU
 
 
-def execute(
-    jobs: list[Job],
-    store: ResultStore,
+def run(
+    experiment: Experiment,
     *,
-    device: str | None = None,
-    dtype: str | None = None,
-    data_dir: str | None = None,
-    options: dict[str, Any] | None = None,
-    load: Callable[[str], LoadedModel] | None = None,
-    imports: Sequence[str] = (),
-    workers: int | None = None,
-    gpus: list[str] | None = None,
-    use_ray: bool = False,
-    ray_address: str | None = None,
-    ray_init: dict[str, Any] | None = None,
     on_event: Callable[[Event], None] | None = None,
+    store: ResultStore | None = None,
 ) -> RunResult:
-    """Run ``jobs``, skipping samples already in ``store``.
+    """Run a checked experiment (:meth:`ExperimentSpec.build`), skipping samples already in its store.
 
-    Workers: one inline worker by default (CPU, or one GPU); one spawned process per GPU when
-    several are visible (or listed in ``gpus``); ``workers`` CPU processes when asked; Ray actors
-    with ``use_ray``/``ray_address``. ``load`` replaces :func:`~lampe_eval.models.load_model`
-    (tests, notebooks): it runs inline unless ``workers``/``gpus`` ask for processes, and then must be
-    a module-level function (it is pickled).
+    Workers: one inline worker by default (CPU, or one GPU); one spawned process per GPU when several
+    are visible (or listed in ``settings.gpus``); ``settings.workers`` CPU processes when asked; Ray
+    actors with ``settings.ray``/``ray_address``.
     """
+    settings = experiment.settings
+    store = store or ResultStore(prepare_output(experiment.out))
+    jobs = experiment.jobs
     config = WorkerConfig(
-        device=device,
-        dtype=dtype,
-        data_dir=data_dir,
-        options=dict(options or {}),
-        load=load,
-        imports=tuple(imports),
+        device=settings.device,
+        dtype=settings.dtype,
+        load=settings.load,
+        imports=tuple(experiment.imports),
         revision=git_revision(),
+        warned=frozenset(experiment.warnings),
     )
-    handles = make_handles(
-        config, store, workers=workers, gpus=gpus, use_ray=use_ray, ray_address=ray_address, ray_init=ray_init
+    handles = make_handles(config, store, settings)
+    keys = {job.key() for job in jobs}
+    units = make_units(
+        jobs, len(handles), store.done_by_job(), {key: store.fingerprints(key) for key in keys}
     )
-    units = make_units(jobs, len(handles), store.done_by_job())
     by_uid = {unit_id(u): u for u in units}
     result = RunResult(jobs=list(jobs), summaries={})
 
@@ -171,8 +182,10 @@ def execute(
         kind = event["event"]
         if kind == "sample":
             result.computed += 1
+            result.confirmed.add(event["key"])
         elif kind == "skip":
             result.skipped += 1
+            result.confirmed.add(event["key"])
         elif kind == "fail":
             unit = by_uid.get(event.get("unit") or "")
             describe = unit.describe() if unit else "(worker)"
@@ -182,51 +195,14 @@ def execute(
         if on_event:
             on_event(event)
 
+    claims = Claims(store.directory)
     try:
-        result.not_started = drive(units, handles, handle_event)
+        result.not_started = drive(units, handles, handle_event, StoreGate(store, claims))
     finally:
         for handle in handles:
             handle.close()
+        claims.release_all()
     for unit in result.not_started:
         result.failures.append({"describe": unit.describe(), "error": "not started: no worker left"})
-    result.summaries = summarize(jobs, store)
+    result.summaries = summarize(jobs, store, result.confirmed)
     return result
-
-
-def run_jobs(
-    jobs: list[Job],
-    store: ResultStore,
-    *,
-    device: str | None = None,
-    dtype: str | None = None,
-    data_dir: str | None = None,
-    options: dict[str, Any] | None = None,
-    on_sample: Callable[[Job, dict[str, Any]], None] | None = None,
-    load: Callable[[str], LoadedModel] | None = None,
-    **kwargs: Any,
-) -> dict[str, dict[str, float]]:
-    """Run every job, skipping samples already in ``store``. Returns task-level aggregates per job key.
-
-    Raises :class:`JobsFailedError` after the other jobs ran when some failed.
-    """
-    by_key = {job.key(): job for job in jobs}
-
-    def on_event(event: Event) -> None:
-        if on_sample and event["event"] == "sample":
-            record = event.get("record") or {"key": event["key"], "scores": event["scores"]}
-            on_sample(by_key[event["unit"].split("/")[0]], record)
-
-    result = execute(
-        jobs,
-        store,
-        device=device,
-        dtype=dtype,
-        data_dir=data_dir,
-        options=options,
-        load=load,
-        on_event=on_event,
-        **kwargs,
-    )
-    if result.failures:
-        raise JobsFailedError(result.failures)
-    return result.summaries

@@ -10,7 +10,9 @@ appended to the store and turned into a light ``sample`` event:
 - ``RayHandle`` (:mod:`.ray_backend`): a Ray actor; records stream back and the driver writes them.
 
 :func:`drive` runs an inline handle in the main thread (Ctrl-C interrupts at once) and several
-handles with one driver thread each, pulling from one :class:`~.scheduler.Scheduler`.
+handles with one driver thread each, pulling from one :class:`~.scheduler.Scheduler`. When every
+pending job is claimed by another run, a worker emits ``{"event": "wait", "message": line}`` and looks
+again after :data:`WAIT_SECONDS`.
 """
 
 from __future__ import annotations
@@ -20,11 +22,12 @@ import os
 import queue
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 from .jobs import WorkUnit
-from .scheduler import Scheduler
+from .scheduler import Gate, Scheduler, Wait
 from .store import ResultStore
 from .worker import Event, Worker, WorkerConfig, unit_id
 
@@ -209,12 +212,20 @@ class ProcessHandle:
         self.conn.close()
 
 
+WAIT_SECONDS = 0.5  # how often a worker whose jobs are all held by another run looks again
+
+
 def _serve(handle: Handle, scheduler: Scheduler, emit: Callable[[Event], None]) -> None:
     loaded = None
     while not handle.dead:
         unit = scheduler.take(loaded)
         if unit is None:
             return
+        if isinstance(unit, Wait):
+            for reason in unit.reasons:
+                emit({"event": "wait", "message": reason})
+            time.sleep(WAIT_SECONDS)
+            continue
         try:
             for event in handle.run(unit):
                 emit(event)
@@ -223,9 +234,15 @@ def _serve(handle: Handle, scheduler: Scheduler, emit: Callable[[Event], None]) 
         loaded = unit.job.group()
 
 
-def drive(units: list[WorkUnit], handles: list[Handle], on_event: Callable[[Event], None]) -> list[WorkUnit]:
-    """Run ``units`` on ``handles``; returns the units never started (all workers died)."""
-    scheduler = Scheduler(units)
+def drive(
+    units: list[WorkUnit],
+    handles: list[Handle],
+    on_event: Callable[[Event], None],
+    gate: Gate | None = None,
+) -> list[WorkUnit]:
+    """Run ``units`` on ``handles`` (with the job claims of ``gate``); returns the units never started
+    (all workers died)."""
+    scheduler = Scheduler(units, gate)
     if len(handles) == 1 and handles[0].inline:
         _serve(handles[0], scheduler, on_event)
         return scheduler.close()

@@ -57,6 +57,7 @@ class RunProgress:
         self.samples = 0
         self.skipped = 0
         self.failed = 0
+        self.waits: set[str] = set()
 
     def __enter__(self) -> RunProgress:
         self.progress.start()
@@ -71,11 +72,15 @@ class RunProgress:
 
     def __call__(self, event: Event) -> None:
         kind = event["event"]
-        uid = event.get("unit")
+        uid = str(event.get("unit") or "")
         if kind == "load":
             self.log(f"{event['worker']}: loading {event['model']}")
         elif kind == "warn":
             self.log(f"WARNING {event['message']}")
+        elif kind == "wait":
+            if event["message"] not in self.waits:  # said once per job
+                self.waits.add(event["message"])
+                self.log(f"WAITING {event['message']}")
         elif kind == "start":
             self.describe[uid] = event["describe"]
             self.counts[uid] = [0, 0.0]
@@ -91,7 +96,8 @@ class RunProgress:
             self.skipped += 1
             task_id = self.tasks.get(uid)
             if task_id is not None:
-                total = self.progress.tasks[task_id].total
+                # Progress.tasks is a list in creation order, not indexed by id once tasks were removed
+                total = next((t.total for t in self.progress.tasks if t.id == task_id), None)
                 if total:  # the bar counts new samples only
                     self.progress.update(task_id, total=total - 1)
         elif kind in ("finish", "fail"):
@@ -99,7 +105,7 @@ class RunProgress:
             if task_id is not None:
                 self.progress.remove_task(task_id)
             self.progress.advance(self.overall)
-            describe = self.describe.get(uid, uid or "worker")
+            describe = self.describe.get(uid) or uid or "worker"
             if kind == "fail":
                 self.failed += 1
                 self.log(f"FAILED {describe}: {event['error']}")

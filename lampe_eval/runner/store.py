@@ -19,6 +19,12 @@ Record fields (one JSON object per line; readers must ignore fields they do not 
   the sample), ``time`` (unix time of the write)
 - ``git`` (short revision of the code), ``versions`` (torch, transformers), ``worker``, ``device``,
   ``meta`` (benchmark extras)
+- ``options`` (the benchmark options set for the job), ``data_dir``, ``sample_fingerprint`` (a hash of
+  the sample as built: its prompt or token ids, references, budget and meta, and the tokenizer; a
+  rerun reuses the record only while the sample it would build is the same)
+
+Readers skip lines that are not JSON objects (a torn line) and records whose fields have the wrong
+type (:func:`check_record`), and count what they skipped (:class:`Problems`).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import json
 import os
 from collections import defaultdict
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +44,69 @@ except ImportError:  # pragma: no cover - Windows: single writer only
     fcntl = None  # type: ignore[assignment]
 
 RECORDS_FILE = "records.jsonl"
+TEXT_FIELDS = ("key", "job_key", "model", "method", "benchmark", "task")
 
 
-def iter_records(path: Path) -> Iterator[dict[str, Any]]:
-    """Every parsable record of a JSONL file, in file order (torn lines skipped)."""
+def check_record(record: dict[str, Any]) -> str | None:
+    """Why a record cannot be used (a field of the wrong type), or None. Every field the runner and the
+    reports read is checked, so a damaged record is skipped with a warning, never a traceback."""
+    for name in TEXT_FIELDS:
+        if not isinstance(record.get(name), str):
+            return f"{name!r} must be a string, got {record.get(name)!r}"
+    sample_id = record.get("sample_id")
+    if not isinstance(sample_id, (str, int)) or isinstance(sample_id, bool):
+        return f"'sample_id' must be a string, got {sample_id!r}"
+    for name in ("index", "length"):
+        value = record.get(name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            return f"{name!r} must be a non-negative integer, got {value!r}"
+    scores = record.get("scores")
+    if not isinstance(scores, dict) or not all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in scores.values()
+    ):
+        return f"'scores' must map metric names to numbers, got {scores!r}"
+    fingerprint = record.get("sample_fingerprint")
+    if fingerprint is not None and not isinstance(fingerprint, str):
+        return f"'sample_fingerprint' must be a string, got {fingerprint!r}"
+    return None
+
+
+@dataclass
+class Problems:
+    """What a reader skipped: unreadable lines (torn by a kill, or garbage) and records with a field of
+    the wrong type (the first reason is kept, with its line number)."""
+
+    lines: int = 0  # lines read
+    unreadable: int = 0
+    invalid: int = 0
+    first_invalid: str = ""
+
+    def note_invalid(self, line: int, reason: str) -> None:
+        self.invalid += 1
+        if not self.first_invalid:
+            self.first_invalid = f"line {line}: {reason}"
+
+    def summary(self) -> str | None:
+        """One line, or None when nothing was skipped."""
+        parts = []
+        if self.unreadable:
+            parts.append(f"{self.unreadable} unreadable line(s)")
+        if self.invalid:
+            parts.append(f"{self.invalid} record(s) with a field of the wrong type ({self.first_invalid})")
+        return "skipped " + " and ".join(parts) if parts else None
+
+
+def _parse(line: bytes) -> dict[str, Any] | None:
+    try:
+        record = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None  # a torn line from a killed writer, or garbage
+    return record if isinstance(record, dict) else None
+
+
+def iter_records(path: Path, problems: Problems | None = None) -> Iterator[dict[str, Any]]:
+    """Every parsable record of a JSONL file, in file order (torn lines skipped, and counted in
+    ``problems`` when given)."""
     if not path.exists():
         return
     with path.open("rb") as handle:
@@ -48,49 +114,97 @@ def iter_records(path: Path) -> Iterator[dict[str, Any]]:
             line = raw.strip()
             if not line:
                 continue
-            try:
-                record = json.loads(line)
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                continue  # a torn line from a killed writer
-            if isinstance(record, dict):
-                yield record
+            if problems is not None:
+                problems.lines += 1
+            record = _parse(line)
+            if record is None:
+                if problems is not None:
+                    problems.unreadable += 1
+                continue
+            yield record
+
+
+def valid_records(path: Path, problems: Problems | None = None) -> Iterator[dict[str, Any]]:
+    """The records of a JSONL file that pass :func:`check_record` (the others counted in ``problems``)."""
+    problems = problems if problems is not None else Problems()
+    for record in iter_records(path, problems):
+        reason = check_record(record)
+        if reason is None:
+            yield record
+        else:
+            problems.note_invalid(problems.lines, reason)
 
 
 class ResultStore:
-    """``<directory>/records.jsonl``. ``load=False`` skips reading the file (append-only workers)."""
+    """``<directory>/records.jsonl``. ``load=False`` skips reading the file (append-only workers).
+
+    The finished samples (job key -> sample id -> sample fingerprint) are read once and then
+    incrementally (:meth:`refresh`): other processes may append to the same file."""
 
     def __init__(self, directory: str | Path, *, load: bool = True) -> None:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.path = self.directory / RECORDS_FILE
-        self._done: set[str] = {r["key"] for r in self.records() if "key" in r} if load else set()
+        self.problems = Problems()
+        self._offset = 0
+        self._keys: set[str] = set()
+        self._done: dict[str, dict[str, str | None]] = defaultdict(dict)
+        if load:
+            self.refresh()
+
+    def refresh(self) -> None:
+        """Read the complete lines appended since the last read."""
+        if not self.path.exists():
+            return
+        with self.path.open("rb") as handle:
+            handle.seek(self._offset)
+            for raw in handle:
+                if not raw.endswith(b"\n"):
+                    break  # a line still being written (or torn at the end): read it next time
+                self._offset += len(raw)
+                self._read_line(raw.strip())
+
+    def _read_line(self, line: bytes) -> None:
+        if not line:
+            return
+        self.problems.lines += 1
+        record = _parse(line)
+        if record is None:
+            self.problems.unreadable += 1
+            return
+        reason = check_record(record)
+        if reason is not None:
+            self.problems.note_invalid(self.problems.lines, reason)
+            return
+        self._keys.add(record["key"])
+        self._done[record["job_key"]][str(record["sample_id"])] = record.get("sample_fingerprint")
 
     def records(self) -> Iterator[dict[str, Any]]:
-        """All records in file order, duplicates included (see :meth:`unique_records`)."""
+        """All parsable records in file order, duplicates included (see :meth:`unique_records`)."""
         return iter_records(self.path)
 
     def unique_records(self) -> list[dict[str, Any]]:
-        """One record per key (the last one written wins)."""
+        """One valid record per key (the last one written wins)."""
         by_key: dict[str, dict[str, Any]] = {}
-        for record in self.records():
-            if "key" in record:
-                by_key.pop(record["key"], None)
-                by_key[record["key"]] = record
+        for record in valid_records(self.path):
+            by_key.pop(record["key"], None)
+            by_key[record["key"]] = record
         return list(by_key.values())
 
     def done_by_job(self) -> dict[str, set[str]]:
         """job key -> finished sample ids."""
-        out: dict[str, set[str]] = defaultdict(set)
-        for record in self.records():
-            if "job_key" in record and "sample_id" in record:
-                out[record["job_key"]].add(str(record["sample_id"]))
-        return out
+        return {job: set(samples) for job, samples in self._done.items()}
+
+    def fingerprints(self, job_key: str) -> dict[str, str | None]:
+        """sample id -> fingerprint of the sample its stored record was computed on (None: a record
+        written before fingerprints existed)."""
+        return dict(self._done.get(job_key, {}))
 
     def is_done(self, key: str) -> bool:
-        return key in self._done
+        return key in self._keys
 
     def __len__(self) -> int:
-        return len(self._done)
+        return len(self._keys)
 
     def append(self, record: dict[str, Any]) -> None:
         line = (json.dumps(record, ensure_ascii=False, sort_keys=True, default=str) + "\n").encode("utf-8")
@@ -107,7 +221,7 @@ class ResultStore:
                 os.fsync(fd)
         finally:
             os.close(fd)
-        self._done.add(record["key"])
+        self._keys.add(record["key"])
 
 
 @contextlib.contextmanager

@@ -6,7 +6,7 @@ The same :class:`Worker` runs in the main process (one CPU worker), in a spawned
     {"event": "load",   "worker": name, "model": model}
     {"event": "start",  "unit": uid, "describe": text, "total": n or None, "worker": name}
     {"event": "record", "unit": uid, "record": {...}}         # a finished sample, not yet stored
-    {"event": "skip",   "unit": uid}                           # a sample already in the store
+    {"event": "skip",   "unit": uid, "key": key}               # a sample already in the store
     {"event": "warn",   "unit": uid, "message": one line}      # e.g. positions past the window
     {"event": "finish", "unit": uid}
     {"event": "fail",   "unit": uid, "error": one line, "traceback": text}
@@ -18,13 +18,12 @@ event (``{"event": "sample", "unit": uid, "key": ..., "scores": {...}, "seconds"
 from __future__ import annotations
 
 import gc
-import importlib
 import math
 import subprocess
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +34,11 @@ Event = dict[str, Any]
 
 
 def git_revision() -> str:
-    """Short revision of this checkout, ``+dirty`` when tracked files differ; ``unknown`` outside git."""
+    """Short revision of this checkout, ``+dirty`` when tracked files differ; ``unknown`` when the package
+    is not a git checkout (an installed wheel: ``versions`` then names the release)."""
     root = Path(__file__).resolve().parents[2]
+    if not (root / ".git").exists():
+        return "unknown"
     try:
         rev = subprocess.run(
             ["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
@@ -75,24 +77,20 @@ def unit_id(unit: WorkUnit) -> str:
 
 @dataclass
 class WorkerConfig:
-    """Everything a worker needs; picklable (``load`` must be a module-level function)."""
+    """Everything a worker needs besides its units; picklable (``load`` must be a module-level function)."""
 
     device: str | None = None
     dtype: str | None = None
-    data_dir: str | None = None
-    options: dict[str, Any] = field(default_factory=dict)
     load: Callable[[str], LoadedModel] | None = None
     imports: tuple[str, ...] = ()  # modules to import first (they may register benchmarks/methods)
     revision: str | None = None  # git revision to record (the driver's); computed when None
-
-
-def import_plugins(modules: tuple[str, ...] | list[str]) -> None:
-    for module in modules:
-        importlib.import_module(module)
+    warned: frozenset[str] = frozenset()  # job keys whose window warning the driver already gave
 
 
 class Worker:
     def __init__(self, config: WorkerConfig, name: str = "worker-0") -> None:
+        from .experiment import import_plugins
+
         self.config = config
         self.name = name
         import_plugins(config.imports)
@@ -141,6 +139,7 @@ class Worker:
 
     def _run(self, unit: WorkUnit, uid: str) -> Iterator[Event]:
         from ..benchmarks import SampleContext, get_benchmark
+        from ..benchmarks.sample_cache import tokenizer_fingerprint
         from ..methods import apply_method, create_method
 
         job = unit.job
@@ -155,8 +154,8 @@ class Worker:
             length=job.length,
             limit=job.limit,
             seed=job.seed,
-            data_dir=self.config.data_dir,
-            options=dict(self.config.options),
+            data_dir=job.data_dir,
+            options=dict(job.options),
         )
         total = math.ceil(job.limit / unit.shards) if job.limit else None
         yield {
@@ -166,15 +165,17 @@ class Worker:
             "total": total,
             "worker": self.name,
         }
-        warning = window_warning(lm, method, job.length)
+        warning = None if job.key() in self.config.warned else window_warning(lm, method, job.length)
         if warning:
             yield {"event": "warn", "unit": uid, "message": f"{unit.describe()}: {warning}"}
+        tokenizer = tokenizer_fingerprint(lm.tokenizer)
         with apply_method(lm.model, method, window=lm.pretraining_window):
             for index, sample in enumerate(bench.samples(job.task, ctx)):
                 if not unit.takes(index):
                     continue
-                if str(sample.sample_id) in unit.done:
-                    yield {"event": "skip", "unit": uid}
+                fingerprint = sample.fingerprint(tokenizer)
+                if unit.finished(str(sample.sample_id), fingerprint):
+                    yield {"event": "skip", "unit": uid, "key": job.sample_key(sample.sample_id)}
                     continue
                 start = time.perf_counter()
                 output = bench.evaluate(lm, sample, ctx)
@@ -196,6 +197,9 @@ class Worker:
                     "length": job.length,
                     "seed": job.seed,
                     "limit": job.limit,
+                    "options": job.options,
+                    "data_dir": job.data_dir,
+                    "sample_fingerprint": fingerprint,
                     "prompt_tokens": prompt_tokens,
                     "references": sample.references,
                     "output": output,

@@ -19,8 +19,9 @@ reserved for the answer, as in the official scripts. Generation: greedy, the off
 
 Data, first that applies (recorded in ``sample.meta["data_source"]``, the key LongBench uses):
 
-* ``--opt fixture=true`` (or ``source=fixture``): the tiny hand-written fixture in
-  ``tests/fixtures/infinitebench`` (a few records per task in the official format; smoke tests, not numbers);
+* ``--opt fixture=true`` (or ``source=fixture``): the tiny hand-written fixture, package data
+  ``fixtures/infinitebench/<task>.jsonl`` (a few records per task in the official format; smoke tests, not
+  numbers);
 * ``--data-dir DIR`` holding the official ``<task>.jsonl`` (in ``DIR`` or ``DIR/infinitebench``)
   (``source=dir``);
 * passkey, number_string, kv_retrieval: generated locally with the official recipe, sized to L with the
@@ -28,7 +29,8 @@ Data, first that applies (recorded in ``sample.meta["data_source"]``, the key Lo
   (``source=generate``). The needle then always lies inside L. This is *not* the paper's protocol: the
   LaMPE authors cut the official ~128K-token files in the middle to L, which drops the needles of the middle
   depths (at 32K only the 16 of 59 outer depths survive, hence the paper's 27.12 = 16/59 for PassKey and
-  Number); ``--opt source=hub`` (or ``--data-dir``) reproduces that, and ``experiments/table2.yaml`` uses it;
+  Number); ``--opt source=hub`` (or ``--data-dir``) reproduces that, and the packaged experiment ``table2``
+  uses it;
 * otherwise the Hub dataset ``xinrongzhang2022/InfiniteBench`` through ``datasets`` (``source=hub``,
   ``--opt dataset=ID`` for a copy); offline this fails with one line that says what to pass instead.
 
@@ -48,29 +50,24 @@ import hashlib
 import logging
 import random
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ...errors import LampeEvalError, MissingDataError
 from ...generation import prompt_token_count
 from ...models import LoadedModel, cache_dir
-from ..base import BENCHMARKS, Benchmark, Sample, SampleContext
+from ...options import Option
+from ..base import BENCHMARKS, Benchmark, Metric, Sample, SampleContext
+from ..datafiles import FIXTURE_OPTION
 from ..sample_cache import cached_lines, tokenizer_fingerprint
 from .config import InfiniteBenchConfig, TaskSpec, load_config
-from .data import Record, fill_template, find_task_file, fixture_dir, gold, hub_records, read_jsonl
+from .data import Record, fill_template, find_task_file, fixture_file, gold, hub_records, read_jsonl
 from .scoring import score_one
 from .synthetic import GENERATOR_VERSION, SyntheticTask, TooShortError, fit_size
 
 log = logging.getLogger(__name__)
 
 SOURCES = ("auto", "fixture", "dir", "generate", "hub")
-
-
-def _flag(options: dict[str, Any], key: str, default: bool) -> bool:
-    value = options.get(key, default)
-    if isinstance(value, str):
-        return value.strip().lower() not in {"0", "false", "no", "off", ""}
-    return bool(value)
 
 
 class PromptBuilder:
@@ -197,6 +194,24 @@ class InfiniteBench(Benchmark):
         "InfiniteBench (official prompts, middle truncation to the length, official scorers); "
         "passkey/number_string/kv_retrieval generated locally at any length"
     )
+    metrics = (
+        Metric("accuracy"),
+        Metric("qa_f1", "F1"),
+        Metric("qa_f1_zh", "F1 (Chinese)"),
+        Metric("rougeLsum", "ROUGE-Lsum"),
+        Metric("prefix_accuracy", "accuracy (answer prefix)"),
+    )
+    options = (
+        Option("template", str, None, "template family: yarn_mistral (default) or gpt4 (chat-style)"),
+        Option("chat_template", bool, None, "use the chat template (default: only for chat-style templates)"),
+        FIXTURE_OPTION,
+        Option("source", str, "auto", "where records come from", choices=SOURCES),
+        Option("dataset", str, None, "datasets id (default xinrongzhang2022/InfiniteBench)"),
+        Option("num_samples", int, None, "generated tasks: samples without --limit (official counts)", False),
+        Option("max_new_tokens", int, None, "generation budget (default: the official one per task)"),
+        Option("cache", bool, True, "keep generated samples on disk (false: in memory only)", False),
+    )
+    input_length_key = "original_tokens"
 
     @property
     def config(self) -> InfiniteBenchConfig:
@@ -215,18 +230,27 @@ class InfiniteBench(Benchmark):
     def spec(self, task: str) -> TaskSpec:
         return self.config.tasks[self.check_task(task)]
 
+    def check_job(self, task: str, length: int, options: Mapping[str, Any], data_dir: str | None) -> None:
+        task = self.check_task(task)
+        values = self.typed_options(options)
+        self.config.template(values["template"] or self.config.default_template, task)
+        source = self.pick_source(task, values, data_dir)
+        if source == "fixture" and fixture_file(task)[1] is None:
+            raise MissingDataError(
+                f"infinitebench/{task}: no fixture ({fixture_file(task)[0]}, package data)"
+            )
+
     # ------------------------------------------------------------------------------------ data
     def source(self, task: str, ctx: SampleContext) -> str:
-        options = ctx.options or {}
-        source = str(options.get("source", "auto")).lower()
-        if source not in SOURCES:
-            raise LampeEvalError(
-                f"infinitebench: unknown source {source!r}; choose one of: {', '.join(SOURCES)}"
-            )
-        if source == "auto" and _flag(options, "fixture", False):
+        return self.pick_source(task, self.option_values(ctx), ctx.data_dir)
+
+    def pick_source(self, task: str, options: Mapping[str, Any], data_dir: str | None) -> str:
+        """Where a job's records come from (see the module docstring for the order)."""
+        source = options["source"]
+        if source == "auto" and options["fixture"]:
             source = "fixture"
         if source == "auto":
-            if ctx.data_dir and find_task_file(ctx.data_dir, task):
+            if data_dir and find_task_file(data_dir, task):
                 source = "dir"
             elif self.config.tasks[task].synthetic:
                 source = "generate"
@@ -242,10 +266,10 @@ class InfiniteBench(Benchmark):
     def records(self, task: str, source: str, ctx: SampleContext) -> tuple[str, list[Record]]:
         """(source label, records) for a non-generated source."""
         if source == "fixture":
-            path = fixture_dir() / f"{task}.jsonl"
-            if not path.is_file():
-                raise MissingDataError(f"infinitebench/{task}: no fixture at {path}")
-            return f"fixture:tests/fixtures/infinitebench/{task}.jsonl", read_jsonl(path)
+            relative, path = fixture_file(task)
+            if path is None:
+                raise MissingDataError(f"infinitebench/{task}: no fixture ({relative} of the package data)")
+            return f"fixture:{relative}", read_jsonl(path)
         if source == "dir":
             found = find_task_file(ctx.data_dir, task) if ctx.data_dir else None
             if found is None:
@@ -254,19 +278,21 @@ class InfiniteBench(Benchmark):
                     "(nor in its infinitebench/)"
                 )
             return f"file:{found}", read_jsonl(found)
-        dataset = str((ctx.options or {}).get("dataset", self.config.dataset))
+        dataset = self.option_values(ctx)["dataset"] or self.config.dataset
         return f"hub:{dataset}:{task}", hub_records(dataset, task)
 
     # --------------------------------------------------------------------------------- samples
     def samples(self, task: str, ctx: SampleContext) -> Iterator[Sample]:
         task = self.check_task(task)
         spec = self.config.tasks[task]
-        options = ctx.options or {}
-        family = str(options.get("template", self.config.default_template))
+        options = self.option_values(ctx)
+        family = options["template"] or self.config.default_template
         template = self.config.template(family, task)
-        chat_default = family != "yarn_mistral"  # completion-style templates are fed raw (module doc)
-        builder = PromptBuilder(ctx.lm, ctx.length, _flag(options, "chat_template", chat_default))
-        max_new = int(options.get("max_new_tokens", spec.max_new_tokens))
+        chat = options["chat_template"]
+        if chat is None:
+            chat = family != "yarn_mistral"  # completion-style templates are fed raw (module doc)
+        builder = PromptBuilder(ctx.lm, ctx.length, chat)
+        max_new = options["max_new_tokens"] or spec.max_new_tokens
         base_meta = {
             "label": spec.label,
             "metric": spec.metric,
@@ -303,11 +329,11 @@ class InfiniteBench(Benchmark):
         base_meta: dict[str, Any],
         ctx: SampleContext,
     ) -> Iterator[Sample]:
-        options = ctx.options or {}
+        options = self.option_values(ctx)
         data = SyntheticSet(self.config, task, template, family, builder, ctx.seed)
-        total = int(options.get("num_samples", data.recipe.num_samples))
+        total = options["num_samples"] or data.recipe.num_samples
         count = total if ctx.limit is None else min(total, ctx.limit)
-        lines = data.lines(count, _flag(options, "cache", True))
+        lines = data.lines(count, options["cache"])
         for line in lines:
             index, n = int(line["index"]), int(line["n"])
             prompt, record, meta = data.prompt_for(index, n)

@@ -1,21 +1,15 @@
-"""The InfiniteBench task table, read from ``tasks/infinitebench/infinitebench.yaml`` (repo-relative).
-
-``LAMPE_EVAL_INFINITEBENCH_CONFIG`` points to another YAML file of the same shape.
-"""
+"""The InfiniteBench task table, ``tasks/infinitebench/infinitebench.yaml`` (package data; the user
+directory may override it)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass, field
-from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ...errors import LampeEvalError, unknown
+from ..tables import load_table, mapping
 
 SYNTHETIC_TASKS = ("passkey", "number_string", "kv_retrieval")
 # The score each task's metric name stands for (checked against the YAML so a typo fails loudly).
@@ -65,29 +59,14 @@ class InfiniteBenchConfig:
         return hashlib.sha256(payload.encode()).hexdigest()[:10]
 
 
-def config_path() -> Path:
-    env = os.environ.get("LAMPE_EVAL_INFINITEBENCH_CONFIG")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[3] / "tasks" / "infinitebench" / "infinitebench.yaml"
-
-
-@lru_cache(maxsize=4)
-def _load(path: str) -> InfiniteBenchConfig:
-    file = Path(path)
-    if not file.is_file():
-        raise LampeEvalError(
-            f"InfiniteBench task table not found at {file} (set LAMPE_EVAL_INFINITEBENCH_CONFIG)"
-        )
-    try:
-        data = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as err:
-        raise LampeEvalError(f"{file}: not valid YAML: {err}".splitlines()[0]) from err
+def parse_config(data: dict[str, Any], where: str) -> InfiniteBenchConfig:
+    """The typed InfiniteBench table (``tasks/infinitebench/infinitebench.yaml``)."""
     tasks: dict[str, TaskSpec] = {}
-    for name, spec in (data.get("tasks") or {}).items():
+    for name, spec in mapping(data.get("tasks"), f"{where}: 'tasks'").items():
+        spec = mapping(spec, f"{where}: task {name!r}")
         metric = spec.get("metric")
         if metric not in METRICS:
-            raise LampeEvalError(f"{file}: task {name!r} has unknown metric {metric!r}")
+            raise LampeEvalError(f"{where}: task {name!r} has unknown metric {metric!r}")
         tasks[name] = TaskSpec(
             name=name,
             label=str(spec.get("label", name)),
@@ -99,11 +78,11 @@ def _load(path: str) -> InfiniteBenchConfig:
         )
     templates = {
         str(k): {str(t): str(v) for t, v in (d or {}).items()}
-        for k, d in (data.get("templates") or {}).items()
+        for k, d in mapping(data.get("templates"), f"{where}: 'templates'").items()
     }
     default_template = str(data.get("default_template", "yarn_mistral"))
     if default_template not in templates:
-        raise LampeEvalError(f"{file}: default_template {default_template!r} is not a template family")
+        raise LampeEvalError(f"{where}: default_template {default_template!r} is not a template family")
     return InfiniteBenchConfig(
         dataset=str(data.get("dataset", "xinrongzhang2022/InfiniteBench")),
         default_template=default_template,
@@ -114,4 +93,4 @@ def _load(path: str) -> InfiniteBenchConfig:
 
 
 def load_config() -> InfiniteBenchConfig:
-    return _load(str(config_path()))
+    return load_table("infinitebench", parse_config)

@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ... import resources
 from ...errors import LampeEvalError, MissingDataError
+from ...resources import Resource
 
 OPTION_LETTERS = "ABCD"
 
@@ -54,7 +56,7 @@ def normalize_record(row: dict[str, Any], index: int) -> Record:
     )
 
 
-def read_jsonl(path: Path) -> list[Record]:
+def read_jsonl(path: Resource) -> list[Record]:
     records: list[Record] = []
     with path.open(encoding="utf-8") as handle:
         for line_no, line in enumerate(handle, 1):
@@ -77,9 +79,11 @@ def find_task_file(directory: str | Path, task: str) -> Path | None:
     return None
 
 
-def fixture_dir() -> Path:
-    """The tiny hand-written fixture shipped with the tests (same format, a few records per task)."""
-    return Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "infinitebench"
+def fixture_file(task: str) -> tuple[str, Resource | None]:
+    """The tiny hand-written fixture of a task (package data, official format, a few records per task):
+    (its relative name, the file or None)."""
+    relative = f"fixtures/infinitebench/{task}.jsonl"
+    return relative, resources.find(relative)
 
 
 def hub_features() -> Any:

@@ -1,7 +1,8 @@
 """Local generation of the synthetic retrieval tasks (passkey, number_string, kv_retrieval) at any length.
 
-The recipe is the official one (``data/construct_synthetic_dataset.py``; facts in shared/docs/benchmarks.md
-§3.1), sized to the evaluation length with the evaluated model's tokenizer instead of fixed line counts:
+The recipe is the official one (``data/construct_synthetic_dataset.py``; facts in docs/benchmarks.md
+section 3.2), sized to the evaluation length with the evaluated model's tokenizer instead of fixed line
+counts:
 
 * **passkey / number_string**: the noise line repeated ``n`` times with the needle inserted after ``j`` of
   them; passkey keys are 5 random digits (leading zeros allowed), number_string keys 10 digits built like the

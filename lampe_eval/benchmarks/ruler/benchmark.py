@@ -6,9 +6,9 @@ arguments, templates, chat template use, haystack text, QA data). Sample ``i`` d
 inputs and on sample 0's fitted haystack size (the search's starting point), so a cache can be
 extended from ``--limit 5`` to 500 and stays byte-identical to a fresh run.
 
-Options (``--opt key=value``): ``chat_template=false`` (RULER's ``base`` template: no chat wrapper),
-``num_samples=N`` (default 500), ``essay=auto|offline|paul_graham``, ``essay_file=PATH``,
-``essay_dataset=ID``, ``cache=false`` (generate in memory only).
+Options (``--opt key=value``, declared in :attr:`RulerBenchmark.options`): ``chat_template=false``
+(RULER's ``base`` template: no chat wrapper), ``num_samples=N`` (default 500), ``essay=auto|offline|
+paul_graham``, ``essay_file=PATH``, ``essay_dataset=ID``, ``cache=false`` (generate in memory only).
 """
 
 from __future__ import annotations
@@ -18,17 +18,19 @@ import importlib.metadata
 import logging
 import re
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 from ...errors import LampeEvalError, MissingDataError
 from ...generation import prompt_token_count
 from ...models import LoadedModel, cache_dir
-from ..base import BENCHMARKS, Benchmark, Sample, SampleContext
+from ...options import Option
+from ..base import BENCHMARKS, Benchmark, Metric, Sample, SampleContext
 from ..sample_cache import cached_lines, tokenizer_fingerprint
 from .config import TaskConfig, load_config
 from .fitting import TooShortError, fit_to_budget
 from .generators import GENERATOR_CLASSES, GenEnv, Generator
-from .haystack import load_essay_haystack, sentence_splitter
+from .haystack import DEFAULT_ESSAY_DATASET, load_essay_haystack, sentence_splitter
 from .qa_data import load_qa
 from .scoring import METRIC_FNS, postprocess
 
@@ -59,13 +61,6 @@ def _wonderwords_version() -> str:
         return "wonderwords=?"
 
 
-def _flag(options: dict[str, Any], key: str, default: bool) -> bool:
-    value = options.get(key, default)
-    if isinstance(value, str):
-        return value.strip().lower() not in {"0", "false", "no", "off"}
-    return bool(value)
-
-
 class TaskData:
     """The generator for one (task, length, tokenizer, seed, options) and the cache file it fills."""
 
@@ -73,8 +68,8 @@ class TaskData:
         lm = ctx.lm
         self.task = task
         self.length = ctx.length
-        options = ctx.options or {}
-        use_chat = _flag(options, "chat_template", True)
+        options = RulerBenchmark().option_values(ctx)
+        use_chat = options["chat_template"]
         count, count_plain = token_counters(lm.tokenizer)
         essay = qa = None
         parts: list[str] = [
@@ -108,7 +103,7 @@ class TaskData:
             f"{ctx.length}-{safe_model}-{tokenizer_fingerprint(lm.tokenizer)}-seed{ctx.seed}-{options_hash}"
         )
         self.cache_path = cache_dir() / "ruler" / "samples" / task.name / f"{name}.jsonl"
-        self.use_cache = _flag(options, "cache", True)
+        self.use_cache = options["cache"]
         self.available = len(qa.qas) if qa is not None else None
 
     def generate(self, index: int, first: dict[str, Any] | None) -> dict[str, Any]:
@@ -199,6 +194,18 @@ class RulerBenchmark(Benchmark):
         "RULER: 13 synthetic long-context tasks (NIAH x8, variable tracking, common/frequent words, QA x2) "
         "generated at any length with the model's tokenizer; string-match scores 0-100"
     )
+    metrics = (
+        Metric("string_match_all", "string match (all references)"),
+        Metric("string_match_part", "string match (any reference)"),
+    )
+    options = (
+        Option("chat_template", bool, True, "the model's chat template (false: RULER's base template)"),
+        Option("num_samples", int, None, "samples per task without --limit (default: 500)", False),
+        Option("essay", str, "auto", "essay haystack source", choices=("auto", "offline", "paul_graham")),
+        Option("essay_file", Path, None, "the Paul Graham essays as RULER's JSON file"),
+        Option("essay_dataset", str, DEFAULT_ESSAY_DATASET, "datasets id of the essays (hub access)"),
+        Option("cache", bool, True, "keep generated samples on disk (false: in memory only)", False),
+    )
 
     def tasks(self) -> list[str]:
         return list(load_config().tasks)
@@ -208,11 +215,8 @@ class RulerBenchmark(Benchmark):
 
     def samples(self, task: str, ctx: SampleContext) -> Iterator[Sample]:
         cfg = self.task_config(task)
-        count = (
-            ctx.limit
-            if ctx.limit is not None
-            else int(ctx.options.get("num_samples", load_config().num_samples))
-        )
+        num_samples = self.option_values(ctx)["num_samples"]
+        count = ctx.limit if ctx.limit is not None else num_samples or load_config().num_samples
         try:
             data = TaskData(cfg, ctx)
         except MissingDataError as err:

@@ -1,21 +1,14 @@
-"""The RULER task table, read from ``tasks/ruler/ruler.yaml`` (repo-relative, like ``method_configs/``).
-
-``LAMPE_EVAL_RULER_CONFIG`` points to another YAML file of the same shape.
-"""
+"""The RULER task table, ``tasks/ruler/ruler.yaml`` (package data; the user directory may override it)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass, field
-from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ...errors import LampeEvalError
+from ..tables import load_table, mapping
 
 GENERATORS = ("niah", "variable_tracking", "common_words_extraction", "freq_words_extraction", "qa")
 METRICS = ("string_match_all", "string_match_part")
@@ -48,28 +41,18 @@ class RulerConfig:
     tasks: dict[str, TaskConfig]
 
 
-def config_path() -> Path:
-    env = os.environ.get("LAMPE_EVAL_RULER_CONFIG")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[3] / "tasks" / "ruler" / "ruler.yaml"
-
-
-@lru_cache(maxsize=4)
-def _load(path: str) -> RulerConfig:
-    file = Path(path)
-    if not file.is_file():
-        raise LampeEvalError(f"RULER task table not found at {file} (set LAMPE_EVAL_RULER_CONFIG)")
-    data = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
-    templates = data.get("templates") or {}
+def parse_config(data: dict[str, Any], where: str) -> RulerConfig:
+    """The typed RULER table (``tasks/ruler/ruler.yaml``)."""
+    templates = mapping(data.get("templates"), f"{where}: 'templates'")
     tasks: dict[str, TaskConfig] = {}
-    for name, spec in (data.get("tasks") or {}).items():
+    for name, spec in mapping(data.get("tasks"), f"{where}: 'tasks'").items():
+        spec = mapping(spec, f"{where}: task {name!r}")
         generator = spec.get("generator")
         if generator not in GENERATORS or generator not in templates:
-            raise LampeEvalError(f"{file}: task {name!r} has unknown generator {generator!r}")
+            raise LampeEvalError(f"{where}: task {name!r} has unknown generator {generator!r}")
         metric = spec.get("metric")
         if metric not in METRICS:
-            raise LampeEvalError(f"{file}: task {name!r} has unknown metric {metric!r}")
+            raise LampeEvalError(f"{where}: task {name!r} has unknown metric {metric!r}")
         template = templates[generator]
         tasks[name] = TaskConfig(
             name=name,
@@ -81,9 +64,9 @@ def _load(path: str) -> RulerConfig:
             args=dict(spec.get("args") or {}),
         )
     if not tasks:
-        raise LampeEvalError(f"{file}: no tasks")
+        raise LampeEvalError(f"{where}: no tasks")
     return RulerConfig(num_samples=int(data.get("num_samples", 500)), tasks=tasks)
 
 
 def load_config() -> RulerConfig:
-    return _load(str(config_path()))
+    return load_table("ruler", parse_config)

@@ -31,6 +31,7 @@ from typing import Any
 
 from ...errors import MissingDataError
 from ...models import cache_dir
+from ...options import TRUE
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +165,7 @@ def hub_reachable(timeout: float = 3.0) -> bool:
 @lru_cache(maxsize=1)
 def _hub_reachable(timeout: float) -> bool:
     for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
-        if os.environ.get(var, "").strip().lower() in {"1", "true", "yes", "on"}:
+        if os.environ.get(var, "").strip().lower() in TRUE:
             return False
     if any(os.environ.get(var) for var in ("HTTPS_PROXY", "https_proxy", "HF_ENDPOINT")):
         return True  # a proxy or mirror: let `datasets` try

@@ -1,0 +1,75 @@
+"""Where knowledge lives: the report and the runner know no benchmark and no metric by name (each
+benchmark declares its metrics, options, summaries and plots), and every benchmark is complete."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from pathlib import Path
+
+import pytest
+
+from lampe_eval.benchmarks import BENCHMARKS
+from lampe_eval.benchmarks.base import Benchmark
+
+PACKAGE = Path(__file__).resolve().parents[1] / "lampe_eval"
+# Metric names that are plain words of any code (a variable called `length` is not benchmark knowledge).
+PLAIN_WORDS = {"length", "tokens", "count", "passages", "fact", "accuracy", "classification", "retrieval"}
+
+
+def benchmark_words() -> set[str]:
+    words = {"perplexity", "l-eval"}
+    for name in BENCHMARKS.names():
+        cls = BENCHMARKS.get(name)
+        if not cls.__module__.startswith("lampe_eval."):
+            continue  # a test's own benchmark
+        words.add(name)
+        words.update(m.name for m in cls.metrics)
+        words.update(m.cap_text for m in cls.metrics if m.cap_text)
+    return words - PLAIN_WORDS
+
+
+@pytest.mark.parametrize("folder", ["report", "runner"])
+def test_report_and_runner_name_no_benchmark_and_no_metric(folder):
+    words = benchmark_words()
+    assert {"pg19", "ruler", "longbench", "leval", "infinitebench", "ppl", "qa_f1"} <= words
+    pattern = re.compile(r"(?<![\w-])(" + "|".join(re.escape(w) for w in sorted(words)) + r")(?![\w-])", re.I)
+    found = []
+    for path in sorted((PACKAGE / folder).rglob("*")):
+        if path.is_file() and path.suffix in (".py", ".yaml", ".md"):
+            for number, line in enumerate(path.read_text().splitlines(), 1):
+                match = pattern.search(line)
+                if match:
+                    found.append(f"{path.relative_to(PACKAGE)}:{number}: {match.group(0)}")
+    assert not found, found
+
+
+def test_every_benchmark_is_concrete_and_declares_metrics_and_options():
+    for name in BENCHMARKS.names():
+        cls = BENCHMARKS.get(name)
+        assert not inspect.isabstract(cls), name
+        assert cls.metrics and all(m.name for m in cls.metrics), name
+        for option in cls.options:
+            assert option.help and option.type in (bool, int, float, str, Path), (name, option.name)
+    with pytest.raises(TypeError):
+        Benchmark()  # type: ignore[abstract]
+
+
+def test_a_benchmark_without_metrics_does_not_register():
+    from lampe_eval.benchmarks.base import _check_declarations
+    from lampe_eval.registry import Registry
+
+    registry: Registry[Benchmark] = Registry("benchmark", check=_check_declarations)
+
+    class NoMetrics(Benchmark):
+        def tasks(self):
+            return ["t"]
+
+        def samples(self, task, ctx):
+            return iter(())
+
+        def score(self, sample, output):
+            return {}
+
+    with pytest.raises(TypeError, match="must declare its metrics"):
+        registry.register("nometrics")(NoMetrics)
