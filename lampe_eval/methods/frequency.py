@@ -92,6 +92,9 @@ class DynamicNTK(_Factor):
             base, {"rope_type": "dynamic", "factor": self.factor}, base.window, seq_len=kv_len
         )
 
+    def fixed_key_positions(self) -> bool:
+        return False  # frequencies follow the length: cached keys are re-rotated every step
+
 
 @METHODS.register("yarn")
 @dataclass

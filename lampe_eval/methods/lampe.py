@@ -101,3 +101,6 @@ class LaMPE(PositionMethod):
     def segments(self, base: RopeBase, context_length: int, kv_len: int) -> list[Segment]:
         l = kv_len if self.remap_each_step else context_length
         return lampe_segments(l, self.mapping_length_for(l, base.window), self.s1, self.s2)
+
+    def fixed_key_positions(self) -> bool:
+        return not self.remap_each_step  # remapping moves every key at every step
