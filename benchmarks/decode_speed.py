@@ -31,7 +31,7 @@ def parse_spec(spec: str) -> tuple[str, dict[str, str]]:
     return name, dict(pair.split("=", 1) for pair in pairs)
 
 
-def measure(spec: str, length: int, new_tokens: int) -> dict:
+def measure(spec: str, length: int, new_tokens: int, threads: int, clock_name: str) -> dict:
     """Runs in the child process."""
     import time
 
@@ -42,6 +42,8 @@ def measure(spec: str, length: int, new_tokens: int) -> dict:
     from lampe_eval.methods.patch import kv_cache_bytes
     from lampe_eval.models import load_model
 
+    now = time.process_time if clock_name == "cpu" else time.perf_counter
+
     class TokenClock(BaseStreamer):
         """Records the time of every generated token (the first ``put`` is the prompt)."""
 
@@ -51,13 +53,15 @@ def measure(spec: str, length: int, new_tokens: int) -> dict:
 
         def put(self, value: torch.Tensor) -> None:
             if self.prompt_seen:
-                self.times.append(time.perf_counter())
+                self.times.append(now())
             self.prompt_seen = True
 
         def end(self) -> None:
             pass
 
     torch.set_grad_enabled(False)
+    if threads > 0:
+        torch.set_num_threads(threads)
     lm = load_model("smollm2-135m", device="cpu", dtype="float32")
     window = length // 2
     name, params = parse_spec(spec)
@@ -67,7 +71,7 @@ def measure(spec: str, length: int, new_tokens: int) -> dict:
     ids = (torch.arange(length) % 30000 + 1000)[None]
     clock = TokenClock()
     with apply_method(lm.model, method, window=window), torch.inference_mode():
-        start = time.perf_counter()
+        start = now()
         out = lm.model.generate(
             ids,
             attention_mask=torch.ones_like(ids),
@@ -108,10 +112,18 @@ def main() -> None:
     parser.add_argument("--lens", default="4k,16k", help="prompt lengths, e.g. 4k,16k")
     parser.add_argument("--methods", default=DEFAULT_METHODS, help="comma-separated; rope is the reference")
     parser.add_argument("--new-tokens", type=int, default=32)
-    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    parser.add_argument(
+        "--clock",
+        choices=["wall", "cpu"],
+        default="wall",
+        help="cpu: the process's CPU time, not wall time (steadier on a shared machine; with --threads 1)",
+    )
+    parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(measure(args.child[0], int(args.child[1]), int(args.child[2]))))
+        spec, length, new_tokens, threads, clock = args.child
+        print(json.dumps(measure(spec, int(length), int(new_tokens), int(threads), clock)))
         return
     if args.new_tokens < 2:
         parser.error("--new-tokens must be >= 2 (decode time is measured between tokens)")
@@ -123,6 +135,7 @@ def main() -> None:
     for length in lengths:
         for spec in specs:
             child = [sys.executable, __file__, "--child", spec, str(length), str(args.new_tokens)]
+            child += [str(args.threads), args.clock]
             out = subprocess.run(child, capture_output=True, text=True)
             if out.returncode != 0:
                 print(out.stderr[-2000:], file=sys.stderr)
@@ -138,7 +151,7 @@ def main() -> None:
         ref = rows[("rope", length)]
         print(
             f"\nSmolLM2-135M, fp32 CPU, prompt {length} tokens, window {length // 2} (2x extrapolation), "
-            f"greedy, {args.new_tokens} new tokens"
+            f"greedy, {args.new_tokens} new tokens, threads {args.threads or 'default'}, {args.clock} clock"
         )
         print("| method | prefill + 1 token s (x rope) | decode ms/token (x rope) | KV cache MiB (x plain) |")
         print("|---|---|---|---|")

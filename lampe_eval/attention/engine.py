@@ -391,13 +391,11 @@ def _split_wide(pieces: list[tuple[int, int, str]], width: int) -> list[tuple[in
 
 
 def _plan_pieces(s: torch.Tensor, e: torch.Tensor) -> list[tuple[int, int, str]]:
-    """Split a block's key range into an unmasked rectangle, a causal triangle and masked edges."""
+    """Split a block's key range into an unmasked rectangle, causal triangles and masked edges."""
     rows = s.shape[0]
     s_first, s_last, e_first, e_last = int(s[0]), int(s[-1]), int(e[0]), int(e[-1])
     if rows == 1:  # a decode step: one unmasked call
         return [(s_first, e_last, "full")]
-    if e_last - s_first <= SINGLE_MASK_KEYS:  # thin: one masked call beats three calls + merges
-        return [(s_first, e_last, "mask")]
     pieces: list[tuple[int, int, str]] = []
     if _unit_slope(e) and e_first >= 1 and s_last <= e_first - 1:
         # Row r sees up to key e_first - 1 + r: a top-left causal square starting at e_first - 1.
@@ -416,6 +414,11 @@ def _plan_pieces(s: torch.Tensor, e: torch.Tensor) -> list[tuple[int, int, str]]
             pieces.append((e_first, e_last, "mask"))
     else:
         pieces.append((s_first, e_last, "mask"))
+    # a thin block with edges on both sides: one masked call beats three calls and their merges; a plain
+    # rectangle + causal triangle is always cheaper unmasked (the kernel skips the triangle's far half)
+    simple = len(pieces) <= 2 and all(kind != "mask" for *_, kind in pieces)
+    if not simple and e_last - s_first <= SINGLE_MASK_KEYS:
+        return [(s_first, e_last, "mask")]
     return pieces
 
 
