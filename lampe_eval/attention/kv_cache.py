@@ -77,6 +77,7 @@ class LayerKeys:
     """One layer's side copies (key copy index -> buffer) and what the cache held when we last wrote it."""
 
     buffers: dict[int, KeyBuffer] = field(default_factory=dict)
+    fresh: dict[int, KeyCopy] = field(default_factory=dict)  # copies made by this call, not yet buffered
     length: int = 0
     written: weakref.ref | None = None  # the cache's key tensor after our last update
 
@@ -96,7 +97,7 @@ class RotatedKeys:
     context_length: int  # l, the prompt length the plan is frozen at
     primary: int  # the key copy the Hugging Face cache holds
     segments: int  # how many segments the plan had at prefill (it must not change)
-    rotated: bool = True  # False: the cache holds un-rotated keys, re-rotated every step (no side copies)
+    keys_are_rotated: bool = True  # False: the cache holds un-rotated keys, re-rotated every step
     layers: dict[int, LayerKeys] = field(default_factory=dict)
 
     def extend(
@@ -119,11 +120,12 @@ class RotatedKeys:
                 copies.append((primary_keys, 0))
                 continue
             buffer = layer.buffers.get(copy)
-            if buffer is None:
-                buffer = layer.buffers[copy] = KeyBuffer(keys, q_start)
+            if buffer is None:  # a prefill: attend from the fresh copy, buffer only what stays reachable
+                layer.fresh[copy] = (keys, q_start)
+                copies.append(layer.fresh[copy])
             else:
                 buffer.append(keys)
-            copies.append(buffer.view())
+                copies.append(buffer.view())
         layer.length = primary_keys.shape[2]
         layer.written = weakref.ref(primary_keys)
         return copies
@@ -131,7 +133,12 @@ class RotatedKeys:
     def trim(self, layer_idx: int, plan: AttentionPlan, next_query: int) -> None:
         """Drop the keys no query from ``next_query`` on can see through each side copy."""
         reach = plan.reach(next_query)
-        for copy, buffer in self.layers[layer_idx].buffers.items():
+        layer = self.layers[layer_idx]
+        for copy, (keys, first) in layer.fresh.items():
+            keep = min(max(reach[copy], first), first + keys.shape[2])
+            layer.buffers[copy] = KeyBuffer(keys[:, :, keep - first :], keep)
+        layer.fresh.clear()
+        for copy, buffer in layer.buffers.items():
             buffer.drop_before(reach[copy])
 
     def _rebuild(

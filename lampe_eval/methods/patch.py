@@ -82,7 +82,7 @@ class PatchState:
                 f"this KV cache was filled without the {self.method.name} patch (by the unpatched model or "
                 "another method): start the generation from the prompt with the patched model"
             )
-        if keys.rotated and len(self.plan(keys.context_length, kv_len).segments) != keys.segments:
+        if keys.keys_are_rotated and len(self.plan(keys.context_length, kv_len).segments) != keys.segments:
             raise LampeEvalError(
                 f"{self.method.name}: its segments changed during generation, so its fixed_key_positions() "
                 "must be False"
@@ -215,7 +215,7 @@ def _make_forward(state: PatchState):
             q_start = past_key_values.get_seq_length(self.layer_idx)
             generation = state.generation(past_key_values, self.layer_idx, q_start, q_start + n)
             plan = state.plan(generation.context_length, q_start + n)
-            if generation.rotated:
+            if generation.keys_are_rotated:
                 out = _attend_with_rotated_cache(
                     self, generation, plan, query, key, value, past_key_values, q_start
                 )
