@@ -38,6 +38,7 @@ def measure(spec: str, length: int, new_tokens: int, threads: int, clock_name: s
     import torch
     from transformers.generation.streamers import BaseStreamer
 
+    from lampe_eval.generation import greedy_ids
     from lampe_eval.methods import apply_method, create_method
     from lampe_eval.methods.patch import kv_cache_bytes
     from lampe_eval.models import load_model
@@ -72,18 +73,14 @@ def measure(spec: str, length: int, new_tokens: int, threads: int, clock_name: s
     clock = TokenClock()
     with apply_method(lm.model, method, window=window), torch.inference_mode():
         start = now()
-        out = lm.model.generate(
+        out = greedy_ids(
+            lm.model,
             ids,
-            attention_mask=torch.ones_like(ids),
-            max_new_tokens=new_tokens,
-            min_new_tokens=new_tokens,
-            do_sample=False,
-            temperature=None,
-            top_p=None,
-            top_k=None,
+            new_tokens,
+            lm.tokenizer.eos_token_id,
+            min_new_tokens=new_tokens,  # never stop early at an end-of-text token
             streamer=clock,
             return_dict_in_generate=True,
-            pad_token_id=lm.tokenizer.eos_token_id,
         )
         cache_bytes = kv_cache_bytes(out.past_key_values)
     config = lm.model.config
