@@ -239,14 +239,31 @@ def segmented_attention(
     parts = plan.schedule(q_start, query.shape[2], block, query.device)
     copies: list[KeyCopy] = []
     for copy in range(len(plan.key_groups()[1])):
-        used = [part for part in parts if part.copy == copy]
-        if not used:
+        ranges = _union(sorted((p.key_lo, p.key_hi) for p in parts if p.copy == copy))
+        if not ranges:
             copies.append((key[:, :, :0], 0))
             continue
-        lo, hi = min(p.key_lo for p in used), max(p.key_hi for p in used)
-        table = plan.key_table(copy, lo, hi, key.dtype, key.device)
-        copies.append((apply_table(key[:, :, lo:hi], *table), lo))
+        lo, hi = ranges[0][0], ranges[-1][1]
+        if len(ranges) == 1:
+            rotated = apply_table(key[:, :, lo:hi], *plan.key_table(copy, lo, hi, key.dtype, key.device))
+        else:  # keys between the ranges (e.g. between LaMPE's head and tail) are never read: left unset
+            rotated = key.new_empty((*key.shape[:2], hi - lo, key.shape[3]))
+            for a, b in ranges:
+                table = plan.key_table(copy, a, b, key.dtype, key.device)
+                rotated[:, :, a - lo : b - lo] = apply_table(key[:, :, a:b], *table)
+        copies.append((rotated, lo))
     return attend_rotated(query, copies, value, plan, q_start, scale, block)
+
+
+def _union(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted half-open ranges merged where they touch or overlap."""
+    merged: list[tuple[int, int]] = []
+    for lo, hi in ranges:
+        if merged and lo <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
+        else:
+            merged.append((lo, hi))
+    return merged
 
 
 def attend_rotated(
