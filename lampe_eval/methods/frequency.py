@@ -79,7 +79,10 @@ class NTK(_Factor):
 @METHODS.register("dynamic_ntk")
 @dataclass
 class DynamicNTK(_Factor):
-    summary = "NTK base rescaled to the current length (transformers 'dynamic'; exact with our cache)"
+    summary = (
+        "NTK base rescaled to the current length (transformers 'dynamic'); exact: re-rotates every cached "
+        "key at each step, so decoding is slower (README: Speed and memory)"
+    )
 
     @classmethod
     def default_params(cls, window: int, target_length: int | None) -> dict:

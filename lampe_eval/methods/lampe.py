@@ -63,7 +63,10 @@ def lampe_segments(l: int, m: int, s1: int, s2: int) -> list[Segment]:
 @METHODS.register("lampe")
 @dataclass
 class LaMPE(PositionMethod):
-    summary = "sigmoid mapping length m(l) + head/middle/tail multi-grained positions (the paper)"
+    summary = (
+        "sigmoid mapping length m(l) + head/middle/tail multi-grained positions (the paper); "
+        "remap_each_step=true re-rotates every cached key at each step: slower decoding"
+    )
 
     L: float  # sigmoid maximum, in tokens of mapping length (paper: <= 3/4 of the window)
     a: float
