@@ -281,9 +281,8 @@ def attend_rotated(
     n = query.shape[2]
     if n == 1:
         return _decode(query, keys, value, plan, q_start, scale)
-    parts = plan.schedule(q_start, n, block, query.device)
-    outs: list[tuple[SegmentPart, torch.Tensor, torch.Tensor]] = []
-    for part in parts:
+    acc: tuple[torch.Tensor, torch.Tensor] | None = None
+    for part in plan.schedule(q_start, n, block, query.device):
         table = plan.query_table(
             part.segment, q_start + part.r0, q_start + part.r1, query.dtype, query.device
         )
@@ -294,9 +293,6 @@ def attend_rotated(
         out, lse = interval_attention(
             q_rot, k, v, part.starts - part.key_lo, part.stops - part.key_lo, scale, part.block, part.breaks
         )
-        outs.append((part, out, lse))
-    acc: tuple[torch.Tensor, torch.Tensor] | None = None
-    for part, out, lse in outs:
         if acc is None and part.r0 == 0 and part.r1 == n:
             acc = (out, lse)  # the first part covering every row starts the sums (no merge)
             continue
