@@ -46,8 +46,11 @@ demo: setup
 	$(BIN)/lampe-eval list
 	$(BIN)/lampe-eval run --model smollm2-135m --method rope,lampe --bench pg19 --len 4k,12k --limit 2
 
+# One layer's prefill attention per method, then whole-model greedy decoding of SmolLM2 at 4K and 16K
+# (decode_speed.py: ~30 min on a 2-core CPU; --lens 4k for a quick run).
 bench: setup
 	$(BIN)/python benchmarks/attention_speed.py
+	$(BIN)/python benchmarks/decode_speed.py
 
 # ------------------------------------------------------------------ reproducing the paper's tables
 # `make table-ppl` etc. run the paper's grid (the packaged experiment <target>; GPU, model weights from the

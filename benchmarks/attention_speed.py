@@ -6,6 +6,8 @@ every segment of every method is non-empty. Each (method, length) runs in a fres
 peak resident memory above the inputs is the method's working memory.
 
     python benchmarks/attention_speed.py [--lengths 4096,8192,16384] [--repeats 3] [--methods ...]
+
+On a shared machine, ``--threads 1 --clock cpu`` times the process's CPU time on one thread instead.
 """
 
 from __future__ import annotations
@@ -18,12 +20,16 @@ import sys
 HQ, HKV, DIM = 9, 3, 64
 
 
-def measure(method: str, length: int, repeats: int) -> dict:
+def measure(method: str, length: int, repeats: int, threads: int = 0, clock: str = "wall") -> dict:
     """Runs in the child process."""
     import resource
     import time
 
     import torch
+
+    if threads > 0:
+        torch.set_num_threads(threads)
+    now = time.process_time if clock == "cpu" else time.perf_counter
 
     from lampe_eval.attention import segmented_attention
     from lampe_eval.attention.rope import apply_rope
@@ -70,11 +76,11 @@ def measure(method: str, length: int, repeats: int) -> dict:
     run()  # warm-up
     times = []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = now()
         run()
         if device == "cuda":
             torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
+        times.append(now() - start)
     if device == "cuda":
         peak_mb = (torch.cuda.max_memory_allocated() - base_cuda) / 2**20
     else:  # growth of the peak resident set above what the process held with its inputs
@@ -89,10 +95,15 @@ def main() -> None:
     parser.add_argument(
         "--methods", default="sdpa,rope,lampe,selfextend,dca,rerope,string,ntk,yarn,dynamic_ntk,linear"
     )
-    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    parser.add_argument(
+        "--clock", choices=["wall", "cpu"], default="wall", help="cpu: the process's CPU time"
+    )
+    parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(measure(args.child[0], int(args.child[1]), int(args.child[2]))))
+        method, length, repeats, threads, clock = args.child
+        print(json.dumps(measure(method, int(length), int(repeats), int(threads), clock)))
         return
     lengths = [int(x) for x in args.lengths.split(",")]
     methods = args.methods.split(",")
@@ -100,7 +111,8 @@ def main() -> None:
     for length in lengths:
         for method in methods:
             out = subprocess.run(
-                [sys.executable, __file__, "--child", method, str(length), str(args.repeats)],
+                [sys.executable, __file__, "--child", method, str(length), str(args.repeats)]
+                + [str(args.threads), args.clock],
                 capture_output=True,
                 text=True,
                 check=True,
@@ -108,7 +120,10 @@ def main() -> None:
             rows[(method, length)] = json.loads(out.stdout.strip().splitlines()[-1])
             print(f"  {method:>12} @ {length:>6}: {rows[(method, length)]['seconds']:.3f} s", file=sys.stderr)
     device = next(iter(rows.values()))["device"]
-    print(f"\nAttention of one layer, {HQ} q / {HKV} kv heads, head_dim {DIM}, window = L/2, device {device}")
+    print(
+        f"\nAttention of one layer, {HQ} q / {HKV} kv heads, head_dim {DIM}, window = L/2, device {device}, "
+        f"threads {args.threads or 'default'}, {args.clock} clock"
+    )
     print("seconds (ratio to causal SDPA, best of repeats); peak MB = working memory above the inputs\n")
     header = "| method | " + " | ".join(f"{n // 1024}K time (x SDPA) | {n // 1024}K peak MB" for n in lengths)
     print(header + " |")

@@ -22,6 +22,24 @@ def prompt_token_count(tokenizer: Any, prompt: str) -> int:
     return len(tokenizer(prompt, add_special_tokens=add, verbose=False)["input_ids"])
 
 
+def greedy_ids(
+    model: Any, input_ids: torch.Tensor, max_new_tokens: int, pad_token_id: int, **extra: Any
+) -> Any:
+    """``model.generate`` greedy, as every benchmark decodes (``extra``: more ``generate`` arguments, e.g. a
+    streamer)."""
+    return model.generate(
+        input_ids,
+        attention_mask=torch.ones_like(input_ids),
+        max_new_tokens=max(1, max_new_tokens),
+        do_sample=False,
+        temperature=None,
+        top_p=None,
+        top_k=None,
+        pad_token_id=pad_token_id,
+        **extra,
+    )
+
+
 @torch.inference_mode()
 def greedy_generate(
     lm: LoadedModel, prompt: str, max_new_tokens: int, stop: list[str] | None = None
@@ -32,16 +50,8 @@ def greedy_generate(
     input_ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=add_special).input_ids
     input_ids = input_ids.to(lm.device)
     start = time.perf_counter()
-    output = lm.model.generate(
-        input_ids,
-        attention_mask=torch.ones_like(input_ids),
-        max_new_tokens=max(1, max_new_tokens),
-        do_sample=False,
-        temperature=None,
-        top_p=None,
-        top_k=None,
-        pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
-    )
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    output = greedy_ids(lm.model, input_ids, max_new_tokens, pad)
     seconds = time.perf_counter() - start
     new_tokens = output[0, input_ids.shape[1] :]
     text = tokenizer.decode(new_tokens, skip_special_tokens=True)

@@ -90,6 +90,13 @@ class Method:
         whose cache now holds ``kv_len`` keys."""
         raise NotImplementedError
 
+    def fixed_key_positions(self) -> bool:
+        """Whether, once a prompt is prefilled, every key keeps its positions (and the frequencies stay
+        fixed) for the rest of the generation: the KV cache then holds keys already rotated. False for
+        methods whose positions move with the sequence length; they re-rotate every cached key at every
+        decoding step (exact, slower)."""
+        return True
+
     def label(self) -> str:
         """Short human label with parameters, for tables and logs."""
         inner = ", ".join(f"{k}={v}" for k, v in self.params().items())

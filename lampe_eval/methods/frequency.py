@@ -79,7 +79,10 @@ class NTK(_Factor):
 @METHODS.register("dynamic_ntk")
 @dataclass
 class DynamicNTK(_Factor):
-    summary = "NTK base rescaled to the current length (transformers 'dynamic'; exact with our cache)"
+    summary = (
+        "NTK base rescaled to the current length (transformers 'dynamic'); exact: re-rotates every cached "
+        "key at each step, so decoding is slower (README: Speed and memory)"
+    )
 
     @classmethod
     def default_params(cls, window: int, target_length: int | None) -> dict:
@@ -91,6 +94,9 @@ class DynamicNTK(_Factor):
         return hf_frequencies(
             base, {"rope_type": "dynamic", "factor": self.factor}, base.window, seq_len=kv_len
         )
+
+    def fixed_key_positions(self) -> bool:
+        return False  # frequencies follow the length: cached keys are re-rotated every step
 
 
 @METHODS.register("yarn")

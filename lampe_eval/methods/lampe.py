@@ -63,7 +63,10 @@ def lampe_segments(l: int, m: int, s1: int, s2: int) -> list[Segment]:
 @METHODS.register("lampe")
 @dataclass
 class LaMPE(PositionMethod):
-    summary = "sigmoid mapping length m(l) + head/middle/tail multi-grained positions (the paper)"
+    summary = (
+        "sigmoid mapping length m(l) + head/middle/tail multi-grained positions (the paper); "
+        "remap_each_step=true re-rotates every cached key at each step: slower decoding"
+    )
 
     L: float  # sigmoid maximum, in tokens of mapping length (paper: <= 3/4 of the window)
     a: float
@@ -101,3 +104,6 @@ class LaMPE(PositionMethod):
     def segments(self, base: RopeBase, context_length: int, kv_len: int) -> list[Segment]:
         l = kv_len if self.remap_each_step else context_length
         return lampe_segments(l, self.mapping_length_for(l, base.window), self.s1, self.s2)
+
+    def fixed_key_positions(self) -> bool:
+        return not self.remap_each_step  # remapping moves every key at every step

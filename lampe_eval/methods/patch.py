@@ -1,8 +1,12 @@
 """Install a method into a Hugging Face causal LM's attention layers, and remove it exactly.
 
-The patched forward caches *un-rotated* keys (transformers caches rotated ones), so every method can
-re-rotate keys at whatever positions the current step needs: decoding works for all of them, and
-dynamic methods (dynamic NTK, LaMPE with ``remap_each_step``) are exact with a cache.
+Generation with a KV cache: once the prompt is prefilled, a method's plan is fixed (LaMPE's l, SelfExtend's
+G, DCA's chunks...) and every key keeps its position, so the cache holds keys *already rotated*, one copy
+per distinct key map (``attention/kv_cache.py``), and each step rotates only the new query and key: decoding
+costs about what the unpatched model's does. Methods whose positions move with every step
+(``Method.fixed_key_positions()`` false: dynamic NTK, LaMPE with ``remap_each_step``) cache *un-rotated*
+keys instead and re-rotate all of them at every step: exact, but slower. Without a cache every forward is
+a prefill of the whole sequence.
 
 Supported: the Llama-style attention modules of Llama, Mistral and Qwen2 (same projections, full
 rotary dimension, no per-head norms). Anything else raises UnsupportedModelError.
@@ -11,16 +15,23 @@ rotary dimension, no per-head norms). Anything else raises UnsupportedModelError
 from __future__ import annotations
 
 import types
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from ..attention import AttentionPlan, segmented_attention
+from ..attention.engine import attend_rotated
+from ..attention.kv_cache import RotatedKeys
 from ..errors import LampeEvalError, UnsupportedModelError
-from .base import Method, RopeBase
+from .base import FrequencyMethod, Method, RopeBase
 
 SUPPORTED_ATTENTION = ("LlamaAttention", "MistralAttention", "Qwen2Attention")
+
+
+# rotated key copies of every generation, by cache object: a new cache is a new generation
+_GENERATIONS: weakref.WeakKeyDictionary[Any, tuple[PatchState, RotatedKeys]] = weakref.WeakKeyDictionary()
 
 
 @dataclass
@@ -29,23 +40,66 @@ class PatchState:
 
     method: Method
     base: RopeBase
-    context_length: int | None = None  # l: the prompt length, frozen at prefill
+    context_length: int | None = None  # l of the latest sequence prefilled (the prompt length)
     _plan_key: tuple[int, int] | None = field(default=None, repr=False)
     _plan: AttentionPlan | None = field(default=None, repr=False)
 
-    def plan_for(self, q_start: int, kv_len: int) -> AttentionPlan:
-        # A pass from position 0 is a new sequence: its length is the prompt length l. Without a KV cache
-        # every generation step starts at 0, so l follows the growing sequence (LaMPE then behaves as
-        # remap_each_step=True); with a cache l stays frozen at the prompt length.
-        if q_start == 0:
-            self.context_length = kv_len
-        context = self.context_length if self.context_length is not None else kv_len
-        key = (context, kv_len)
-        if key != self._plan_key:  # computed once per forward pass, shared by all layers
-            self._plan = self.method.plan(self.base, context, kv_len)
+    def plan(self, context_length: int, kv_len: int) -> AttentionPlan:
+        """The plan for a sequence whose prompt had ``context_length`` tokens, now ``kv_len`` long;
+        computed once per forward pass and shared by all layers."""
+        key = (context_length, kv_len)
+        if isinstance(self.method, FrequencyMethod) and self.method.fixed_key_positions():
+            key = (0, 0)  # fixed frequencies: one plan for every length (transformers' rope init is slow)
+        if key != self._plan_key:
+            self._plan = self.method.plan(self.base, context_length, kv_len)
             self._plan_key = key
         assert self._plan is not None
         return self._plan
+
+    def plan_for(self, q_start: int, kv_len: int) -> AttentionPlan:
+        """The plan of a forward pass with no cache state: a pass from position 0 is a new sequence of
+        prompt length l = ``kv_len`` (without a KV cache every generation step starts at 0, so l follows
+        the growing sequence, as LaMPE's ``remap_each_step``)."""
+        if q_start == 0:
+            self.context_length = kv_len
+        return self.plan(self.context_length if self.context_length is not None else kv_len, kv_len)
+
+    def generation(self, cache: Any, layer_idx: int, q_start: int, kv_len: int) -> RotatedKeys:
+        """This cache's generation state; a pass from position 0 starts a new one (l = ``kv_len``)."""
+        owner, keys = _GENERATIONS.get(cache, (None, None))
+        if q_start == 0 and (owner is not self or keys is None or layer_idx in keys.layers):
+            plan = self.plan(kv_len, kv_len)
+            reach = plan.reach(kv_len)
+            primary = reach.index(min(reach))  # the copy that reaches the oldest keys
+            owner, keys = (
+                self,
+                RotatedKeys(kv_len, primary, len(plan.segments), self.method.fixed_key_positions()),
+            )
+            _GENERATIONS[cache] = (owner, keys)
+            self.context_length = kv_len
+        if owner is not self or keys is None:
+            raise LampeEvalError(
+                f"this KV cache was filled without the {self.method.name} patch (by the unpatched model or "
+                "another method): start the generation from the prompt with the patched model"
+            )
+        if keys.keys_are_rotated and len(self.plan(keys.context_length, kv_len).segments) != keys.segments:
+            raise LampeEvalError(
+                f"{self.method.name}: its segments changed during generation, so its fixed_key_positions() "
+                "must be False"
+            )
+        return keys
+
+
+def kv_cache_bytes(cache: Any) -> int:
+    """Bytes a KV cache holds: the Hugging Face cache's keys and values plus, for a patched model, the
+    rotated key copies kept beside it."""
+    total = 0
+    for layer in getattr(cache, "layers", []):
+        for tensor in (getattr(layer, "keys", None), getattr(layer, "values", None)):
+            if isinstance(tensor, torch.Tensor):
+                total += tensor.nbytes
+    entry = _GENERATIONS.get(cache)
+    return total + (entry[1].side_bytes() if entry else 0)
 
 
 class PatchHandle:
@@ -154,18 +208,56 @@ def _make_forward(state: PatchState):
         query = self.q_proj(hidden_states).view(shape).transpose(1, 2)
         key = self.k_proj(hidden_states).view(shape).transpose(1, 2)
         value = self.v_proj(hidden_states).view(shape).transpose(1, 2)
-        q_start = 0
-        if past_key_values is not None:
+        if past_key_values is None:
+            plan = state.plan_for(0, n)
+            out = segmented_attention(query, key, value, plan, 0, self.scaling)
+        else:
             q_start = past_key_values.get_seq_length(self.layer_idx)
-            key, value = past_key_values.update(key, value, self.layer_idx)  # un-rotated keys
-            if key.shape[2] != q_start + n:  # a pre-allocated (static) cache: its length is not l
-                raise LampeEvalError(
-                    f"patched attention needs a dynamic KV cache; {type(past_key_values).__name__} "
-                    f"returned {key.shape[2]} keys for {q_start + n} positions (use the default DynamicCache)"
+            generation = state.generation(past_key_values, self.layer_idx, q_start, q_start + n)
+            plan = state.plan(generation.context_length, q_start + n)
+            if generation.keys_are_rotated:
+                out = _attend_with_rotated_cache(
+                    self, generation, plan, query, key, value, past_key_values, q_start
                 )
-        plan = state.plan_for(q_start, key.shape[2])
-        out = segmented_attention(query, key, value, plan, q_start, self.scaling)
+            else:  # positions move every step: cache un-rotated keys, re-rotate them all
+                key, value = _update(past_key_values, key, value, self.layer_idx, q_start + n)
+                out = segmented_attention(query, key, value, plan, q_start, self.scaling)
         out = out.transpose(1, 2).reshape(batch, n, -1)
         return self.o_proj(out), None
 
     return forward
+
+
+def _update(cache: Any, key: torch.Tensor, value: torch.Tensor, layer_idx: int, kv_len: int):
+    key, value = cache.update(key, value, layer_idx)
+    if key.shape[2] != kv_len:  # a pre-allocated (static) cache: its length is not l
+        raise LampeEvalError(
+            f"patched attention needs a dynamic KV cache; {type(cache).__name__} "
+            f"returned {key.shape[2]} keys for {kv_len} positions (use the default DynamicCache)"
+        )
+    return key, value
+
+
+def _attend_with_rotated_cache(
+    layer: Any,
+    generation: RotatedKeys,
+    plan: AttentionPlan,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    cache: Any,
+    q_start: int,
+) -> torch.Tensor:
+    """Rotate the new keys once per key copy, store them (the primary copy in the cache, the others beside
+    it), attend, then drop what no later query can see."""
+    kv_len = q_start + key.shape[2]
+    rotated = plan.rotate_keys(key, q_start)
+    layers = getattr(cache, "layers", None)
+    before = (
+        getattr(layers[layer.layer_idx], "keys", None) if layers and len(layers) > layer.layer_idx else None
+    )
+    primary, value = _update(cache, rotated[generation.primary], value, layer.layer_idx, kv_len)
+    copies = generation.extend(layer.layer_idx, plan, rotated, primary, q_start, before)
+    out = attend_rotated(query, copies, value, plan, q_start, layer.scaling)
+    generation.trim(layer.layer_idx, plan, kv_len)
+    return out
