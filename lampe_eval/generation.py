@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from .methods.patch import generation_budget
 from .models import LoadedModel
 
 
@@ -32,16 +33,19 @@ def greedy_generate(
     input_ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=add_special).input_ids
     input_ids = input_ids.to(lm.device)
     start = time.perf_counter()
-    output = lm.model.generate(
-        input_ids,
-        attention_mask=torch.ones_like(input_ids),
-        max_new_tokens=max(1, max_new_tokens),
-        do_sample=False,
-        temperature=None,
-        top_p=None,
-        top_k=None,
-        pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
-    )
+    budget = max(1, max_new_tokens)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    with generation_budget(lm.model, input_ids.shape[1] + budget):  # e.g. LaMPE's window decision
+        output = lm.model.generate(
+            input_ids,
+            attention_mask=torch.ones_like(input_ids),
+            max_new_tokens=budget,
+            do_sample=False,
+            temperature=None,
+            top_p=None,
+            top_k=None,
+            pad_token_id=pad,
+        )
     seconds = time.perf_counter() - start
     new_tokens = output[0, input_ids.shape[1] :]
     text = tokenizer.decode(new_tokens, skip_special_tokens=True)

@@ -11,6 +11,8 @@ rotary dimension, no per-head norms). Anything else raises UnsupportedModelError
 from __future__ import annotations
 
 import types
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +23,7 @@ from ..errors import LampeEvalError, UnsupportedModelError
 from .base import Method, RopeBase
 
 SUPPORTED_ATTENTION = ("LlamaAttention", "MistralAttention", "Qwen2Attention")
+_STATE_ATTR = "_lampe_eval_patch_state"  # the PatchState of a patched model (see generation_budget)
 
 
 @dataclass
@@ -30,7 +33,8 @@ class PatchState:
     method: Method
     base: RopeBase
     context_length: int | None = None  # l: the prompt length, frozen at prefill
-    _plan_key: tuple[int, int] | None = field(default=None, repr=False)
+    total_length: int | None = None  # prompt + new tokens of the running generation (generation_budget)
+    _plan_key: tuple[int, int, int | None] | None = field(default=None, repr=False)
     _plan: AttentionPlan | None = field(default=None, repr=False)
 
     def plan_for(self, q_start: int, kv_len: int) -> AttentionPlan:
@@ -40,9 +44,9 @@ class PatchState:
         if q_start == 0:
             self.context_length = kv_len
         context = self.context_length if self.context_length is not None else kv_len
-        key = (context, kv_len)
+        key = (context, kv_len, self.total_length)
         if key != self._plan_key:  # computed once per forward pass, shared by all layers
-            self._plan = self.method.plan(self.base, context, kv_len)
+            self._plan = self.method.plan_with_budget(self.base, context, kv_len, self.total_length)
             self._plan_key = key
         assert self._plan is not None
         return self._plan
@@ -51,10 +55,13 @@ class PatchState:
 class PatchHandle:
     """Returned by :func:`apply_method`; ``remove()`` (or leaving the ``with`` block) restores the model."""
 
-    def __init__(self, layers: list[torch.nn.Module], hooks: list[Any], state: PatchState | None) -> None:
+    def __init__(
+        self, layers: list[torch.nn.Module], hooks: list[Any], state: PatchState | None, model: Any = None
+    ) -> None:
         self.layers = layers
         self.hooks = hooks
         self.state = state
+        self.model = model
 
     def remove(self) -> None:
         for layer in self.layers:
@@ -62,7 +69,9 @@ class PatchHandle:
                 del layer.forward  # back to the class's own forward
         for hook in self.hooks:
             hook.remove()
-        self.layers, self.hooks = [], []
+        if self.model is not None and getattr(self.model, _STATE_ATTR, None) is self.state:
+            delattr(self.model, _STATE_ATTR)
+        self.layers, self.hooks, self.model = [], [], None
 
     def __enter__(self) -> PatchHandle:
         return self
@@ -137,7 +146,23 @@ def apply_method(model: Any, method: Method, window: int | None = None) -> Patch
         layer.forward = types.MethodType(_make_forward(state), layer)
     base_model = getattr(model, "model", model)
     hooks = [base_model.register_forward_pre_hook(_reject_padding, with_kwargs=True)]
-    return PatchHandle(layers, hooks, state)
+    setattr(model, _STATE_ATTR, state)
+    return PatchHandle(layers, hooks, state, model)
+
+
+@contextmanager
+def generation_budget(model: Any, total_length: int) -> Iterator[None]:
+    """Tell a patched model's method how long the coming generation gets (prompt + new tokens), e.g.
+    for LaMPE's ``identity_within_window``; no-op on an unpatched model."""
+    state = getattr(model, _STATE_ATTR, None)
+    if state is None:
+        yield
+        return
+    state.total_length = total_length
+    try:
+        yield
+    finally:
+        state.total_length = None
 
 
 def _make_forward(state: PatchState):
