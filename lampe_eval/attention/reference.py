@@ -13,7 +13,9 @@ from __future__ import annotations
 import torch
 
 from .engine import AttentionPlan
-from .rope import apply_rope
+from .rope import rope_cos_sin, rotate_half
+
+ORACLE_ROWS = 32  # query rows scored at once (memory: rows x keys x head_dim per head)
 
 
 def segment_pairs(
@@ -84,15 +86,20 @@ def oracle_attention(
         q = q * plan.query_scale(torch.arange(q_start, q_start + n)).float()[:, None]
     check_coverage(plan, q_start, n, kv, counts)
     pairs = segment_pairs(plan, q_start, n, kv)
+    v_terms = v.repeat(1, 1, len(pairs), 1)  # a key's value once per segment term
     out = torch.zeros(batch, hq, n, dim)
-    for i in range(n):
-        # R(a) q . R(b) k = R(a - b) q . k: rotate query i once per key, by PE[i][j]; one softmax over
-        # the terms of every segment (a pair covered twice contributes two terms)
+    for first in range(0, n, ORACLE_ROWS):
+        rows = slice(first, min(n, first + ORACLE_ROWS))
+        q_rows = q[:, :, rows, None, :]  # [B, H, r, 1, D]
         terms = []
         for mask, pe in pairs:
-            q_rot = apply_rope(q[:, :, i : i + 1].expand(batch, hq, kv, dim), pe[i].float(), plan.inv_freq)
-            scores = (q_rot * k).sum(-1) * scale * plan.rope_scaling**2
-            terms.append(scores.masked_fill(~mask[i], float("-inf")))
+            # R(a) q . R(b) k = R(a - b) q . k: rotate query i once per key, by PE[i][j]
+            cos, sin = rope_cos_sin(pe[rows].reshape(-1), plan.inv_freq, 1.0, torch.float32)
+            cos, sin = cos.view(*pe[rows].shape, dim), sin.view(*pe[rows].shape, dim)
+            q_rot = q_rows * cos + rotate_half(q_rows) * sin  # [B, H, r, kv, D]
+            scores = (q_rot * k[:, :, None]).sum(-1) * scale * plan.rope_scaling**2
+            terms.append(scores.masked_fill(~mask[rows], float("-inf")))
+        # one softmax over the terms of every segment: a pair covered twice contributes two terms
         probs = torch.softmax(torch.cat(terms, dim=-1), dim=-1)
-        out[:, :, i] = torch.einsum("bhk,bhkd->bhd", probs, v.repeat(1, 1, len(pairs), 1))
+        out[:, :, rows] = torch.einsum("bhrk,bhkd->bhrd", probs, v_terms)
     return out

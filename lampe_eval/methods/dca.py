@@ -10,7 +10,7 @@ window - 1. ``variant=official``: ``HKUNLP/ChunkLlama`` ``chunkllama_attn_replac
 window and LW = window // 8 (its ``chunk_size`` and ``local_window``), the chunk length is s = CS - LW, the
 successive query min(i mod s + s, CS) (w = LW + 1, max_position = CS) and the inter query min(2s - 1, CS)
 (its ``qc`` table at index s - 1); these are its defaults, and any chunk_size / local_window / max_position
-given must keep w = max_position - s + 1 (docs/methods.md "DCA").
+given must keep w = max_position - s + 1 (docs/methods.md 3.2).
 ``mscale_coef``: the official code multiplies cos/sin by coef * ln(l / window) + 1 when l > window
 (0.05 in chunkllama_attn_replace.py); 0 turns it off.
 """

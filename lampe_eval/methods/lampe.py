@@ -8,17 +8,19 @@ that partition the causal pairs (paper Sec. 3.2):
 * tail   d >= l - s2:         P_q = m - l + i, P_k = j
 
 ``variant=official``: the arithmetic of the released code (``scar-on/LaMPE`` ``llama_cache1.py``,
-``forward``; docs/methods.md "LaMPE"), parametrised by the middle span U (``use_length``):
+``forward``; docs/methods.md 1.2-1.3), parametrised by the middle span U (``use_length``):
 mapping_ids[x] = floor(U / (l - 1) * x) in float32, the tail snapped to the end of a mapped group
 (s2' >= s2), the middle query offset bias_1 = s1 - mapping_ids[s1] - 1, the tail offset bias_2, the
 diagonals d = s1 and d = l - s2' counted twice in prefill (its three flash passes overlap), plain causal
 attention when l < 2 * s1, and its decode (the middle query pinned at mapping_ids[l - 1] + bias_1).
 
-The mapping, first that is set: ``m`` (fixed, paper unit), ``U`` (fixed, official unit), the paper's sigmoid
+The mapping (docs/methods.md 1.4, 1.6), first that is set: ``m`` (fixed, paper unit), ``U`` (fixed, official
+unit), the paper's sigmoid
 m(l) = L / (1 + exp(-(a*l + b))) (``L`` > 0), the official sigmoid U(l) = int(U_L / (1 + exp(-(U_a*l +
 U_b)))) (``remap_uselen``; by default its Llama-3-8B fit rescaled to the model window). Each variant converts
 the other unit: m from U is the official code's largest position + 1, U from m the U whose official
-largest position + 1 is closest to m. m is clamped to [s1 + s2 + 1, l].
+largest position + 1 is closest to m. m is clamped to [s1 + s2 + 1, l]. ``U_short`` / ``U_short_below``:
+remap_uselen's fallback (U = 1536 below 8192 tokens for its Llama-2 and Llama-3 fits), off by default.
 
 Generation: like the official code, l (hence m, k or U) is frozen at the prompt length; the paper variant
 extends the same linear maps to generated tokens, the official one decodes as its code does (keys past the
@@ -199,6 +201,8 @@ class LaMPE(PositionMethod):
     U_L: float = 0.0  # the official sigmoid for U (remap_uselen); default: its Llama-3 fit, rescaled
     U_a: float = 0.0
     U_b: float = 0.0
+    U_short: int = 0  # remap_uselen's fallback: U = U_short for inputs shorter than U_short_below
+    U_short_below: int = 0
     m: int = 0  # > 0: this fixed mapping length (paper unit)
     U: int = 0  # > 0: this fixed middle span (official unit, ``use_length``)
     variant: str = "paper"
@@ -224,8 +228,8 @@ class LaMPE(PositionMethod):
         check_variant("lampe", self.variant)
         if self.s1 < 0 or self.s2 < 1:
             raise LampeEvalError("lampe: s1 must be >= 0 and s2 >= 1 (the paper: a zero tail hurts)")
-        if self.m < 0 or self.U < 0:
-            raise LampeEvalError("lampe: m and U must be >= 0 (0: not set)")
+        if min(self.m, self.U, self.U_short, self.U_short_below) < 0:
+            raise LampeEvalError("lampe: m, U, U_short and U_short_below must be >= 0 (0: not set)")
         if self.m or self.U:
             return  # a fixed mapping: the sigmoids are not used
         if self.L > 0:
@@ -246,8 +250,14 @@ class LaMPE(PositionMethod):
         elif self.L > 0:
             return mapping_length(l, self.L, self.a, self.b, self.s1, self.s2)
         else:
-            m = m_from_U(l, official_use_length(l, self.U_L, self.U_a, self.U_b), self.s1, self.s2)
+            m = m_from_U(l, self.official_sigmoid(l), self.s1, self.s2)
         return int(min(max(m, self.s1 + self.s2 + 1), l))
+
+    def official_sigmoid(self, l: int) -> int:
+        """remap_uselen: the official fit's U, or its fallback for short inputs."""
+        if l < self.U_short_below:
+            return self.U_short
+        return official_use_length(l, self.U_L, self.U_a, self.U_b)
 
     def use_length_for(self, l: int) -> int:
         """The official U for prompt length l."""
@@ -257,7 +267,7 @@ class LaMPE(PositionMethod):
             return U_from_m(l, self.m, self.s1, self.s2)
         if self.L > 0:
             return U_from_m(l, mapping_length(l, self.L, self.a, self.b, self.s1, self.s2), self.s1, self.s2)
-        return official_use_length(l, self.U_L, self.U_a, self.U_b)
+        return self.official_sigmoid(l)
 
     def keeps_plain_positions(self, l: int, window: int, total_length: int | None) -> bool:
         if not self.identity_within_window:

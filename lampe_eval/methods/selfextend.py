@@ -6,7 +6,7 @@ Neighbour d < w: true positions. Group d >= w: P_q = floor(i/G) + w - floor(w/G)
 fixed ``self_extend_patch/Llama_4_40.py`` (``datamllab/LongLM`` commit 715c1e3) do. ``variant=official``
 follows ``self_extend_patch/Llama.py``, the file ``SelfExtend.apply`` uses by default: the float offset
 w - w/G (computed in float32) in prefill and decode, so group positions are fractional when G does not
-divide w (docs/methods.md "SelfExtend"). ``scale_base`` > 0 enables the optional log query scaling
+divide w (docs/methods.md 2.1). ``scale_base`` > 0 enables the optional log query scaling
 q *= max(1, log(i + 1) / log(scale_base)); off by default, as in the paper's results.
 """
 

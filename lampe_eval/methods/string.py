@@ -8,7 +8,7 @@ on cos and sin (0.1 ln 2 + 1).
 
 ``variant=official`` follows ``HKUNLP/STRING`` ``string_for_llama.py``: its prefill diagonal pass has the
 window [S, 0], so the diagonal d = S is scored twice (at S and at W); its decode partitions exactly
-(docs/methods.md "STRING"). ``variant=paper`` (default) partitions prefill exactly too.
+(docs/methods.md 4.1). ``variant=paper`` (default) partitions prefill exactly too.
 """
 
 from __future__ import annotations

@@ -39,7 +39,8 @@ Scores: the official scorers (``scoring.py``) x 100, mean over samples.
 
 Options (``--opt key=value``): ``template``, ``chat_template``, ``fixture``, ``source`` (auto, fixture, dir,
 generate, hub), ``dataset``, ``num_samples`` (generated tasks; default the official counts 590/590/500),
-``max_new_tokens``, ``cache`` (false: generate in memory only).
+``max_new_tokens``, ``cache`` (false: generate in memory only), ``math_calc_gpt4`` (true: Math.Calc drops
+the first number of the prediction, the official scorer's rule for GPT-4 outputs; off by default).
 """
 
 from __future__ import annotations
@@ -273,6 +274,8 @@ class InfiniteBench(Benchmark):
             "template": family,
             "chat_template": builder.chat_template,
         }
+        if task == "math_calc" and _flag(options, "math_calc_gpt4", False):
+            base_meta["math_calc_gpt4"] = True  # read back by score()
         source = self.source(task, ctx)
         if source == "generate":
             yield from self._generated(task, spec, template, family, builder, max_new, base_meta, ctx)
@@ -331,7 +334,8 @@ class InfiniteBench(Benchmark):
     def score(self, sample: Sample, output: dict[str, Any]) -> dict[str, float]:
         task = self.check_task(sample.task)
         metric = self.config.tasks[task].metric
-        return {metric: 100.0 * score_one(task, output.get("prediction"), sample.references)}
+        gpt4 = bool(sample.meta.get("math_calc_gpt4"))
+        return {metric: 100.0 * score_one(task, output.get("prediction"), sample.references, gpt4=gpt4)}
 
 
 __all__ = ["InfiniteBench", "PromptBuilder", "SyntheticSet"]
