@@ -39,12 +39,19 @@ def coverage(plan: AttentionPlan, q_start: int, n: int, kv: int) -> torch.Tensor
 
 def check_coverage(plan: AttentionPlan, q_start: int, n: int, kv: int, counts: torch.Tensor | None) -> None:
     """Raise unless the segments cover each pair ``counts`` times (default: at most once)."""
-    covered = coverage(plan, q_start, n, kv)
     if counts is None:
-        if (covered > 1).any():
-            i, j = (int(x) for x in (covered > 1).nonzero()[0])
-            raise AssertionError(f"segments overlap at pair ({q_start + i}, {j}) and no overlap was declared")
-    elif not torch.equal(covered, counts.long()):
+        covered = torch.zeros(n, kv, dtype=torch.bool)
+        for segment, (mask, _) in zip(plan.segments, segment_pairs(plan, q_start, n, kv), strict=True):
+            if (covered & mask).any():
+                i, j = (int(x) for x in (covered & mask).nonzero()[0])
+                raise AssertionError(
+                    f"segment {segment.name!r} overlaps an earlier segment at pair ({q_start + i}, {j}) "
+                    "and no overlap was declared"
+                )
+            covered |= mask
+        return
+    covered = coverage(plan, q_start, n, kv)
+    if not torch.equal(covered, counts.long()):
         i, j = (int(x) for x in (covered != counts).nonzero()[0])
         raise AssertionError(
             f"pair ({q_start + i}, {j}) is covered {int(covered[i, j])} times, declared {int(counts[i, j])}"
