@@ -144,9 +144,9 @@ def official_string_row(i: int, kv: int, S: int, W: int, prefill: bool) -> Terms
     return [(near, i - near), (far, (i - S + W) - far)]
 
 
-def official_dca_row(i: int, pretraining_length: int) -> Terms:
-    chunk_size = pretraining_length * 3 // 4  # replace_with_chunkllama defaults
-    local_window = pretraining_length // 8
+def official_dca_row(i: int, pretraining_length: int, local_window_size: int | None = None) -> Terms:
+    chunk_size = pretraining_length * 3 // 4  # replace_with_chunkllama(pretraining_length, local_window_size)
+    local_window = local_window_size if local_window_size else pretraining_length // 8
     chunk_len = chunk_size - local_window
     q_t = np.arange(chunk_len)
     qc_t = np.minimum(np.arange(chunk_len) + chunk_len, chunk_size)
@@ -325,6 +325,18 @@ def test_dca_official_tables(window, length):
     official = partial(official_dca_row, pretraining_length=window)
     assert_same_rows(method, official, length, length, rows)
     assert_same_rows(method, official, length - 1, length, [length - 1])
+
+
+def test_dca_official_inter_chunk_query_reads_the_successive_table():
+    """With a wide local window (CS > 2 (CS - LW) - 1) the official inter-chunk query sits at
+    qc_t[chunk_len - 1] = 2 chunk_len - 1, below CS."""
+    method = create_method(
+        "dca", 96, None, variant="official", chunk_size=32, local_window=41, max_position=72
+    )
+    official = partial(official_dca_row, pretraining_length=96, local_window_size=40)
+    assert_same_rows(method, official, 200, 200, range(200))
+    paper = create_method("dca", 96, None, chunk_size=32, local_window=32, max_position=72)
+    assert paper.largest_position(base(), 200) == 72 > method.largest_position(base(), 200) == 63
 
 
 def test_dca_official_defaults_and_its_constraint():

@@ -58,7 +58,8 @@ class DualChunk(PositionMethod):
 
     def validate(self) -> None:
         check_variant("dca", self.variant)
-        if not 0 < self.local_window <= self.chunk_size:
+        # the official tables allow LW + 1 > CS - LW (then no successive query is capped)
+        if self.local_window < 1 or (self.variant == "paper" and self.local_window > self.chunk_size):
             raise LampeEvalError("dca: need 0 < local_window <= chunk_size")
         if self.max_position < self.chunk_size + self.local_window - 1:
             # the successive region reaches chunk_size + local_window - 1: it must stay within max_position
