@@ -185,3 +185,18 @@ def test_greedy_generate_tells_lampe_the_budget(model, monkeypatch):
     assert kv == 69  # the last step: query 68 (the 10th token is sampled from its logits)
     largest = max(float(pe[mask].max()) for mask, pe in segment_pairs(plan, kv - 1, 1, kv) if mask.any())
     assert largest < WINDOW
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("name", ["lampe", "selfextend", "string", "dca"])
+def test_official_variants_generate_with_a_cache(model, ids, name):
+    """Prefill with the official code's overlapping passes, then its decode; SelfExtend and DCA have no
+    phase-dependent positions, so their cached generation equals generation without a cache."""
+    params = {"identity_within_window": False, "s1": 8, "s2": 4, "U": 40} if name == "lampe" else {}
+    params = {"group_size": 3, "window": 16} if name == "selfextend" else params
+    with apply_method(model, create_method(name, WINDOW, 256, variant="official", **params)):
+        kwargs = {"attention_mask": torch.ones_like(ids), "max_new_tokens": 6, "do_sample": False}
+        cached = model.generate(ids, use_cache=True, **kwargs)
+        assert cached.shape == (1, ids.shape[1] + 6)
+        if name in ("selfextend", "dca"):
+            assert torch.equal(cached, model.generate(ids, use_cache=False, **kwargs))
