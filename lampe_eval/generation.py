@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from .methods.patch import generation_budget
 from .models import LoadedModel
 
 
@@ -26,18 +27,20 @@ def greedy_ids(
     model: Any, input_ids: torch.Tensor, max_new_tokens: int, pad_token_id: int, **extra: Any
 ) -> Any:
     """``model.generate`` greedy, as every benchmark decodes (``extra``: more ``generate`` arguments, e.g. a
-    streamer)."""
-    return model.generate(
-        input_ids,
-        attention_mask=torch.ones_like(input_ids),
-        max_new_tokens=max(1, max_new_tokens),
-        do_sample=False,
-        temperature=None,
-        top_p=None,
-        top_k=None,
-        pad_token_id=pad_token_id,
-        **extra,
-    )
+    streamer). A patched model is told the generation's final length (e.g. LaMPE's window decision)."""
+    budget = max(1, max_new_tokens)
+    with generation_budget(model, input_ids.shape[1] + budget):
+        return model.generate(
+            input_ids,
+            attention_mask=torch.ones_like(input_ids),
+            max_new_tokens=budget,
+            do_sample=False,
+            temperature=None,
+            top_p=None,
+            top_k=None,
+            pad_token_id=pad_token_id,
+            **extra,
+        )
 
 
 @torch.inference_mode()

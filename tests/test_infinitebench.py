@@ -220,6 +220,26 @@ def test_math_calc_scorer() -> None:
     assert _score("math_calc", "", label) == 0
 
 
+def test_math_calc_gpt4_rule_drops_the_first_number() -> None:
+    """compute_scores.py: ``if model_name == "gpt4": pred_nums = pred_nums[1:]`` (GPT-4 echoes the first
+    operand); off by default, ``--opt math_calc_gpt4=true`` to rescore published GPT-4 predictions."""
+    label = ["8", "6", "16"]
+    assert score_one("math_calc", "5, 8, 6, 16", label, gpt4=True) == 1.0
+    assert score_one("math_calc", "5, 8, 6, 16", label) == 0.0
+    assert score_one("math_calc", "8, 6, 16", label, gpt4=True) == 0.0
+    assert score_one("passkey", "12345", ["12345"], gpt4=True) == 1.0  # only Math.Calc has the rule
+
+
+def test_math_calc_gpt4_option_reaches_the_scorer(lm: LoadedModel) -> None:
+    bench = get_benchmark("infinitebench")
+    options = {"fixture": True, "math_calc_gpt4": "true"}
+    on = next(iter(bench.samples("math_calc", SampleContext(lm=lm, length=4096, options=options))))
+    off = next(iter(bench.samples("math_calc", SampleContext(lm=lm, length=4096, options={"fixture": True}))))
+    echoed = "0, " + ", ".join(on.references)
+    assert bench.score(on, {"prediction": echoed}) == {on.meta["metric"]: 100.0}
+    assert bench.score(off, {"prediction": echoed})[off.meta["metric"]] < 100.0
+
+
 def test_every_task_has_a_scorer_and_the_official_budget() -> None:
     config = load_config()
     assert set(config.tasks) == set(SCORERS) == set(OFFICIAL_MAX_NEW_TOKENS)

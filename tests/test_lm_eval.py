@@ -106,10 +106,10 @@ def test_method_parameters_resolve_like_the_runner() -> None:
     assert params["s1"] == 8
     assert all(params[k] == v for k, v in from_file.items() if k != "s1")
     # a by_benchmark block applies only when its benchmark is named
-    pg19 = load_method_params("lampe", "llama3-8b-instruct", 8192, "pg19")
+    pg19 = load_method_params("lampe", "llama3-8b-instruct", 8192, "leval")
     plain = load_method_params("lampe", "llama3-8b-instruct", 8192)
     assert pg19 != plain
-    with_block = resolve_method("llama3-8b-instruct", "lampe", 8192, 8192, "pg19").params()
+    with_block = resolve_method("llama3-8b-instruct", "lampe", 8192, 8192, "leval").params()
     assert all(with_block[k] == v for k, v in pg19.items())
     # no config file: the method's own defaults for (window, length)
     assert resolve_method("some/model", "yarn", 4096, 16384).params()["factor"] == 4.0

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from lampe_eval.attention import engine, segmented_attention
-from lampe_eval.attention.reference import oracle_attention, relative_positions
-from lampe_eval.methods import METHODS, RopeBase, create_method
+from lampe_eval.attention.reference import check_coverage, oracle_attention, segment_pairs
+from lampe_eval.methods import METHODS, PositionMethod, RopeBase, create_method
 from lampe_eval.methods.base import beyond_window_warning
 
 D = 16
@@ -30,29 +30,37 @@ def base(window: int = WINDOW) -> RopeBase:
 
 
 def random_params(name: str, rng: random.Random) -> dict:
+    variant = rng.choice(["paper", "official"])
     if name == "lampe":
         s1, s2 = rng.randint(0, 20), rng.randint(1, 12)
+        mapping = (
+            {"m": rng.randint(s1 + s2 + 1, WINDOW)} if rng.random() < 0.5 else {"U": rng.randint(s1 + 2, 90)}
+        )
         return {
             "s1": s1,
             "s2": s2,
-            "m": rng.randint(s1 + s2 + 1, WINDOW),
+            **mapping,
             "identity_within_window": False,
             "mscale": rng.choice([1.0, 1.0693]),
+            "variant": variant,
         }
     if name == "selfextend":
         return {
             "group_size": rng.randint(2, 9),
             "window": rng.randint(1, 40),
             "scale_base": rng.choice([-1, 64]),
+            "variant": variant,
         }
     if name == "dca":
         chunk = rng.randint(8, 60)
         local = rng.randint(1, chunk)
+        extra = 0 if variant == "official" else rng.randint(0, 40)  # official: max_position = CS
         return {
             "chunk_size": chunk,
             "local_window": local,
-            "max_position": chunk + local - 1 + rng.randint(0, 40),
+            "max_position": chunk + local - 1 + extra,
             "mscale_coef": rng.choice([0.0, 0.1]),
+            "variant": variant,
         }
     if name == "rerope":
         return {
@@ -62,8 +70,17 @@ def random_params(name: str, rng: random.Random) -> dict:
         }
     if name == "string":
         shift = rng.randint(2, 70)
-        return {"shift": shift, "local": rng.randint(0, shift - 1)}
+        return {"shift": shift, "local": rng.randint(0, shift - 1), "variant": variant}
     return {}
+
+
+def pair_counts(method, context: int, kv: int, q_start: int = 0) -> torch.Tensor:
+    """The method's declared multiplicity per pair (1 per causal pair unless an official variant doubles
+    a diagonal)."""
+    queries = torch.arange(q_start, kv)
+    if isinstance(method, PositionMethod):
+        return method.pair_counts(base(), context, kv, queries, kv)
+    return (queries[:, None] >= torch.arange(kv)[None, :]).long()
 
 
 POSITION_METHODS = ["lampe", "selfextend", "dca", "rerope", "string"]
@@ -89,7 +106,7 @@ def test_fast_path_equals_oracle_with_gqa(name, length, monkeypatch):
         # long inputs take; the default sends these short inputs through one masked call per block
         monkeypatch.setattr(engine, "SINGLE_MASK_KEYS", [4, 16, 1024][trial])
         fast = segmented_attention(q, k, v, plan, 0, D**-0.5, block=block)
-        ref = oracle_attention(q, k, v, plan, 0, D**-0.5)
+        ref = oracle_attention(q, k, v, plan, 0, D**-0.5, counts=pair_counts(method, length, length))
         err = (fast - ref).abs().max().item()
         assert err <= 1e-4, f"{method.label()} trial {trial}: {err}"
 
@@ -101,9 +118,8 @@ def test_segments_partition_the_causal_pairs_exactly(name, length):
     for _ in range(3):
         method = create_method(name, WINDOW, 4 * WINDOW, **random_params(name, rng))
         plan = method.plan(base(), length, length)
-        _, owner = relative_positions(plan, 0, length, length)  # raises on overlap
-        causal = torch.ones(length, length, dtype=torch.bool).tril()
-        assert ((owner >= 0) == causal).all(), method.label()
+        # every causal pair once, except the diagonals an official variant declares doubled
+        check_coverage(plan, 0, length, length, pair_counts(method, length, length))
 
 
 @pytest.mark.parametrize("name", POSITION_METHODS + ["dynamic_ntk"])
@@ -128,8 +144,9 @@ def test_largest_position_is_the_maximum_of_the_oracle_matrix(name):
     for length in (5, 37, 150, 260):
         for _ in range(4):
             method = create_method(name, WINDOW, length, **random_params(name, rng))
-            pe, owner = relative_positions(method.plan(base(), length, length), 0, length, length)
-            assert method.largest_position(base(), length) == int(pe[owner >= 0].max())
+            pairs = segment_pairs(method.plan(base(), length, length), 0, length, length)
+            largest = max(int(pe[mask].max()) for mask, pe in pairs if mask.any())
+            assert method.largest_position(base(), length) == largest, method.label()
 
 
 def test_a_warning_when_a_method_shows_positions_past_the_window():

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from lampe_eval.attention.reference import relative_positions
+from lampe_eval.errors import LampeEvalError
 from lampe_eval.methods import create_method
 from lampe_eval.methods.lampe import LaMPE, lampe_segments, mapping_length
 from lampe_eval.methods.selfextend import default_group_size
@@ -76,8 +77,48 @@ def test_lampe_positions_never_exceed_the_window(window):
     for factor in (1.01, 1.5, 2, 4, 8, 16, 64):
         length = int(window * factor)
         m = method.mapping_length_for(length, window)
-        assert method.s1 + method.s2 + 1 <= m <= 0.75 * window
+        # the official fit's U (<= 0.76 W) plus the head and the snapped tail
+        assert method.s1 + method.s2 + 1 <= m <= 0.85 * window
         assert m - 1 < window  # the largest relative position in prefill
+        assert m - 1 == method.largest_position(base(window), length)
+
+
+def test_lampe_default_converts_the_official_fit_from_U_to_m():
+    """Issue 17: without a config the defaults are the official Llama-3 fit, which outputs the code's U:
+    at W = 8192, l = 32768 that is U = 4501 and m = the official largest position + 1 (5118 with the
+    official s2 = 200), not the 4457 the fit gives when read as m."""
+    from lampe_eval.methods.lampe import m_from_U
+
+    default = LaMPE.build(8192, None)
+    assert default.use_length_for(32768) == 4501
+    assert default.mapping_length_for(32768, 8192) == m_from_U(32768, 4501, 512, 128) == 5056
+    assert LaMPE.build(8192, None, s2=200).mapping_length_for(32768, 8192) == 5118
+    official = LaMPE.build(8192, None, variant="official")
+    assert official.largest_position(base(8192), 32768) == default.largest_position(base(8192), 32768)
+
+
+def test_lampe_mapping_sources_and_their_conversions():
+    from lampe_eval.methods.lampe import U_from_m, m_from_U
+
+    kw = {"s1": 64, "s2": 16, "identity_within_window": False}
+    for length, U in [(1000, 300), (5000, 1234), (20000, 3000)]:
+        m = m_from_U(length, U, 64, 16)
+        assert LaMPE.build(96, None, U=U, **kw).mapping_length_for(length, 96) == m
+        assert m_from_U(length, U_from_m(length, m, 64, 16), 64, 16) == m  # the round trip keeps m
+        official = LaMPE.build(96, None, m=m, variant="official", **kw)
+        assert m_from_U(length, official.use_length_for(length), 64, 16) == m
+    fixed = LaMPE.build(96, None, m=500, U=100, L=3000, a=0.001, b=-1, **kw)
+    assert fixed.mapping_length_for(2000, 96) == 500  # m wins over U, U over the sigmoids
+    sigmoid = LaMPE.build(96, None, L=3000, a=0.001, b=-1, **kw)
+    assert sigmoid.mapping_length_for(2000, 96) == mapping_length(2000, 3000, 0.001, -1, 64, 16)
+
+
+def test_lampe_checks_the_sigmoid_bound_only_when_the_sigmoid_is_used():
+    """Issue 17: s1 + s2 < L was enforced even with a fixed m, where L is unused."""
+    assert LaMPE.build(96, None, s1=8, s2=4, m=40, L=10).m == 40
+    assert LaMPE.build(96, None, s1=8, s2=4, U=30, L=10).U == 30
+    with pytest.raises(LampeEvalError, match="must exceed"):
+        LaMPE.build(96, None, s1=8, s2=4, L=10, a=0.1, b=0)
 
 
 def test_lampe_sigmoid_and_clamp():
@@ -86,6 +127,34 @@ def test_lampe_sigmoid_and_clamp():
     assert mapping_length(10_000, 15, 0.0, 0.0, 10, 10) == 21  # clamped to s1 + s2 + 1
     within = LaMPE.build(8192, None)
     assert within.mapping_length_for(8000, 8192) == 8000  # inputs within the window: plain positions
+    # ... unless the generation will take them past it (the budget: prompt + new tokens)
+    assert within.mapping_length_for(8000, 8192, total_length=8300) < 8000
+
+
+def test_lampe_within_window_decision_uses_the_generation_budget(caplog):
+    """Issue 17: window 64, prompt 60, 10 new tokens: with the budget known the prompt is remapped and
+    decode row 69 stays inside the window; unknown (model.generate called directly) it keeps plain
+    positions, as before, and warns once when decoding passes the window."""
+    import logging
+
+    from lampe_eval.attention.reference import segment_pairs
+
+    def last_row_largest(method, total_length, prompt=60, kv=70):
+        plan = method.plan_with_budget(base(64), prompt, kv, total_length)
+        return max(float(pe[mask].max()) for mask, pe in segment_pairs(plan, kv - 1, 1, kv) if mask.any())
+
+    for variant in ("paper", "official"):
+        method = LaMPE.build(64, 70, variant=variant)
+        assert last_row_largest(method, 70) < 64
+        with caplog.at_level(logging.WARNING, logger="lampe_eval.methods.lampe"):
+            assert last_row_largest(method, None) == 69
+            assert last_row_largest(method, None) == 69
+        warnings = [r for r in caplog.records if "passed it" in r.getMessage()]
+        assert len(warnings) == 1
+        caplog.clear()
+        # a budget inside the window: plain positions, no warning
+        assert last_row_largest(method, 64, prompt=50, kv=64) == 63
+        assert not caplog.records
 
 
 def test_lampe_fixed_mapping_and_remap_each_step():
@@ -124,11 +193,22 @@ def test_selfextend_matrix_and_reach():
     assert pe.max() == window - 1
 
 
-def test_selfextend_default_group_size_meets_the_readme_rule():
-    for window, target in [(4096, 16384), (8192, 32768), (8192, 131072)]:
+def test_selfextend_default_group_size_is_the_smallest_meeting_the_readme_rule():
+    """(2/3) W > w + (N - w) / G, strictly (issue 17: W = 96, w = 24, N = 104 gave G = 2, an equality)."""
+    assert default_group_size(96, 24, 104) == 3
+    for window in (96, 4096, 8192):
         w = window // 4
-        g = default_group_size(window, w, target)
-        assert (2 * window) // 3 > w + (target - w) / g
+        for target in range(window + 1, 40 * window, window // 3 + 7):
+            g = default_group_size(window, w, target)
+            assert 2 * window / 3 > w + (target - w) / g, (window, target, g)
+            assert g == 2 or not 2 * window / 3 > w + (target - w) / (g - 1), (window, target, g)
+    assert default_group_size(8192, 2048, 32768) == 10  # 9 meets it with equality
+
+
+def test_string_default_local_window():
+    """The README's W = 128, smaller for windows under 1K tokens (W must stay below S)."""
+    assert create_method("string", 8192, None).local == 128
+    assert create_method("string", 96, None).local == 12
 
 
 @pytest.mark.parametrize("leaky_k", [0.0, 8.0])

@@ -140,3 +140,63 @@ def test_double_patching_is_refused(model):
 def test_unknown_parameter_is_a_clear_error():
     with pytest.raises(LampeEvalError, match="no parameter group"):
         create_method("lampe", WINDOW, None, group=3)
+
+
+class _DigitTokenizer:
+    """A stand-in tokenizer for greedy_generate on the tiny model: one token per character code."""
+
+    bos_token = None
+    pad_token_id = eos_token_id = 0
+
+    def __call__(self, text, return_tensors=None, add_special_tokens=True, verbose=False):
+        from types import SimpleNamespace
+
+        ids = torch.tensor([[1 + ord(c) % 120 for c in text]])
+        return SimpleNamespace(input_ids=ids) if return_tensors else {"input_ids": ids[0].tolist()}
+
+    def decode(self, ids, skip_special_tokens=True):
+        return " ".join(str(int(i)) for i in ids)
+
+
+def test_greedy_generate_tells_lampe_the_budget(model, monkeypatch):
+    """Issue 17: window 64, a 60-token prompt and 10 new tokens. greedy_generate passes prompt + budget to
+    the patch, so LaMPE remaps the prompt and decode row 69 stays inside the window."""
+    from lampe_eval.attention.reference import segment_pairs
+    from lampe_eval.generation import greedy_generate
+    from lampe_eval.methods.lampe import LaMPE
+    from lampe_eval.models import LoadedModel
+
+    seen = []
+    original = LaMPE.plan_with_budget
+
+    def spy(self, base, context_length, kv_len, total_length):
+        plan = original(self, base, context_length, kv_len, total_length)
+        seen.append((context_length, kv_len, total_length, plan))
+        return plan
+
+    monkeypatch.setattr(LaMPE, "plan_with_budget", spy)
+    lm = LoadedModel("tiny", model, _DigitTokenizer(), WINDOW, False)
+    with apply_method(model, create_method("lampe", WINDOW, 70)) as handle:
+        out = greedy_generate(lm, "x" * 60, max_new_tokens=10)
+        assert handle.state.total_length is None  # reset after the generation
+    assert out["prompt_tokens"] == 60 and out["new_tokens"] == 10
+    assert {(c, t) for c, _, t, _ in seen} == {(60, 70)}
+    _, kv, _, plan = seen[-1]
+    assert kv == 69  # the last step: query 68 (the 10th token is sampled from its logits)
+    largest = max(float(pe[mask].max()) for mask, pe in segment_pairs(plan, kv - 1, 1, kv) if mask.any())
+    assert largest < WINDOW
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("name", ["lampe", "selfextend", "string", "dca"])
+def test_official_variants_generate_with_a_cache(model, ids, name):
+    """Prefill with the official code's overlapping passes, then its decode; SelfExtend and DCA have no
+    phase-dependent positions, so their cached generation equals generation without a cache."""
+    params = {"identity_within_window": False, "s1": 8, "s2": 4, "U": 40} if name == "lampe" else {}
+    params = {"group_size": 3, "window": 16} if name == "selfextend" else params
+    with apply_method(model, create_method(name, WINDOW, 256, variant="official", **params)):
+        kwargs = {"attention_mask": torch.ones_like(ids), "max_new_tokens": 6, "do_sample": False}
+        cached = model.generate(ids, use_cache=True, **kwargs)
+        assert cached.shape == (1, ids.shape[1] + 6)
+        if name in ("selfextend", "dca"):
+            assert torch.equal(cached, model.generate(ids, use_cache=False, **kwargs))

@@ -26,7 +26,13 @@ PARAMS = {
     "rerope": {"window": 10},
     "rerope-leaky": {"window": 10, "leaky_k": 4.0},
     "string": {"shift": 20, "local": 5},
+    # official variants: overlapping prefill passes, and LaMPE's decode branch (pinned middle query)
+    "lampe-official": {"s1": 8, "s2": 6, "U": 40, "identity_within_window": False, "variant": "official"},
+    "selfextend-official": {"window": 10, "group_size": 3, "variant": "official"},
+    "dca-official": {"chunk_size": 12, "local_window": 5, "max_position": 16, "variant": "official"},
+    "string-official": {"shift": 20, "local": 5, "variant": "official"},
 }
+OFFICIAL = [name for name in PARAMS if name.endswith("-official")]
 CACHED_METHODS = [
     name
     for name in METHODS.names()
@@ -67,7 +73,7 @@ def test_every_method_with_fixed_positions_is_covered():
     assert not create_method("lampe", WINDOW, None, remap_each_step=True).fixed_key_positions()
 
 
-@pytest.mark.parametrize("name", CACHED_METHODS + ["rerope-leaky"])
+@pytest.mark.parametrize("name", CACHED_METHODS + ["rerope-leaky"] + OFFICIAL)
 def test_rotated_cache_equals_rerotating_every_step(model, name):
     cached, cache = decode(model, make(name))
     exact, plain_cache = decode(model, make(name), rotated=False)

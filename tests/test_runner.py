@@ -217,7 +217,7 @@ def test_inline_run_writes_one_record_per_sample_and_resumes(tmp_path):
 
 
 def test_a_failing_job_does_not_stop_the_others(tmp_path):
-    jobs = [*small_jobs()[:2], Job("m", "lampe", "fake", "alpha", 64, {"s1": 1000})]  # invalid params
+    jobs = [*small_jobs()[:2], Job("m", "lampe", "fake", "alpha", 64, {"s2": 0})]  # invalid params
     with pytest.raises(JobsFailedError, match="lampe") as info:
         run(Experiment.from_jobs(jobs, tmp_path, load=load_tiny)).raise_for_failures()
     assert len(info.value.failures) == 1

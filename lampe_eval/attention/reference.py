@@ -1,7 +1,11 @@
 """The naive oracle: dense softmax where pair (i, j) is scored as q_i . R(PE[i][j]) k_j.
 
 Deliberately independent of the engine: it never rotates keys, it builds the relative-position
-matrix PE from the segments and rotates each query once per key. O(n * kv * D) memory: tests only.
+matrix of every segment and rotates each query once per key. O(n * kv * D) memory: tests only.
+
+A pair covered by two segments (an official code's overlapping passes, reproduced on purpose) enters
+the softmax twice, once at each segment's position. That must be declared: ``counts`` gives how many
+times each pair is meant to be covered; without it any overlap raises.
 """
 
 from __future__ import annotations
@@ -9,23 +13,60 @@ from __future__ import annotations
 import torch
 
 from .engine import AttentionPlan
-from .rope import apply_rope
+from .rope import rope_cos_sin, rotate_half
+
+ORACLE_ROWS = 32  # query rows scored at once (memory: rows x keys x head_dim per head)
+
+
+def segment_pairs(
+    plan: AttentionPlan, q_start: int, n: int, kv: int
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per segment: (covered [n, kv] bool, PE [n, kv] float64) for queries q_start..q_start+n-1."""
+    q_idx = torch.arange(q_start, q_start + n)
+    k_idx = torch.arange(kv)
+    pairs = []
+    for segment in plan.segments:
+        mask = segment.region.dense_mask(q_idx, kv)
+        rel = segment.q_pos(q_idx).double()[:, None] - segment.k_pos(k_idx).double()[None, :]
+        pairs.append((mask, torch.where(mask, rel, torch.zeros_like(rel))))
+    return pairs
+
+
+def coverage(plan: AttentionPlan, q_start: int, n: int, kv: int) -> torch.Tensor:
+    """How many segments cover each pair ([n, kv] long)."""
+    return sum((mask.long() for mask, _ in segment_pairs(plan, q_start, n, kv)), torch.zeros(n, kv).long())
+
+
+def check_coverage(plan: AttentionPlan, q_start: int, n: int, kv: int, counts: torch.Tensor | None) -> None:
+    """Raise unless the segments cover each pair ``counts`` times (default: at most once)."""
+    if counts is None:
+        covered = torch.zeros(n, kv, dtype=torch.bool)
+        for segment, (mask, _) in zip(plan.segments, segment_pairs(plan, q_start, n, kv), strict=True):
+            if (covered & mask).any():
+                i, j = (int(x) for x in (covered & mask).nonzero()[0])
+                raise AssertionError(
+                    f"segment {segment.name!r} overlaps an earlier segment at pair ({q_start + i}, {j}) "
+                    "and no overlap was declared"
+                )
+            covered |= mask
+        return
+    covered = coverage(plan, q_start, n, kv)
+    if not torch.equal(covered, counts.long()):
+        i, j = (int(x) for x in (covered != counts).nonzero()[0])
+        raise AssertionError(
+            f"pair ({q_start + i}, {j}) is covered {int(covered[i, j])} times, declared {int(counts[i, j])}"
+        )
 
 
 def relative_positions(
     plan: AttentionPlan, q_start: int, n: int, kv: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(PE [n, kv] float, owner [n, kv] long: index of the segment covering each pair, -1 if none).
-    Raises if two segments cover the same pair."""
-    q_idx = torch.arange(q_start, q_start + n)
-    k_idx = torch.arange(kv)
+    Raises if two segments cover the same pair (use :func:`segment_pairs` for declared overlaps)."""
+    check_coverage(plan, q_start, n, kv, None)
     pe = torch.zeros(n, kv, dtype=torch.float64)
     owner = torch.full((n, kv), -1, dtype=torch.long)
-    for s, segment in enumerate(plan.segments):
-        mask = segment.region.dense_mask(q_idx, kv)
-        if (owner[mask] >= 0).any():
-            raise AssertionError(f"segment {segment.name!r} overlaps an earlier segment")
-        rel = segment.q_pos(q_idx).double()[:, None] - segment.k_pos(k_idx).double()[None, :]
+    for s, (mask, rel) in enumerate(segment_pairs(plan, q_start, n, kv)):
         pe = torch.where(mask, rel, pe)
         owner[mask] = s
     return pe, owner
@@ -38,8 +79,10 @@ def oracle_attention(
     plan: AttentionPlan,
     q_start: int,
     scale: float,
+    counts: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Reference output [B, Hq, n, D] (fp32) for un-rotated inputs, GQA by repeating keys."""
+    """Reference output [B, Hq, n, D] (fp32) for un-rotated inputs, GQA by repeating keys. ``counts``
+    ([n, kv]): the declared number of softmax terms per pair (see the module docstring)."""
     batch, hq, n, dim = query.shape
     kv = key.shape[2]
     group = hq // key.shape[1]
@@ -48,12 +91,22 @@ def oracle_attention(
     q = query.float()
     if plan.query_scale is not None:
         q = q * plan.query_scale(torch.arange(q_start, q_start + n)).float()[:, None]
-    pe, owner = relative_positions(plan, q_start, n, kv)
+    check_coverage(plan, q_start, n, kv, counts)
+    pairs = segment_pairs(plan, q_start, n, kv)
+    v_terms = v.repeat(1, 1, len(pairs), 1)  # a key's value once per segment term
     out = torch.zeros(batch, hq, n, dim)
-    for i in range(n):
-        # R(a) q . R(b) k = R(a - b) q . k: rotate query i once per key, by PE[i][j].
-        q_rot = apply_rope(q[:, :, i : i + 1].expand(batch, hq, kv, dim), pe[i].float(), plan.inv_freq)
-        scores = (q_rot * k).sum(-1) * scale * plan.rope_scaling**2
-        scores = scores.masked_fill(owner[i] < 0, float("-inf"))
-        out[:, :, i] = torch.einsum("bhk,bhkd->bhd", torch.softmax(scores, dim=-1), v)
+    for first in range(0, n, ORACLE_ROWS):
+        rows = slice(first, min(n, first + ORACLE_ROWS))
+        q_rows = q[:, :, rows, None, :]  # [B, H, r, 1, D]
+        terms = []
+        for mask, pe in pairs:
+            # R(a) q . R(b) k = R(a - b) q . k: rotate query i once per key, by PE[i][j]
+            cos, sin = rope_cos_sin(pe[rows].reshape(-1), plan.inv_freq, 1.0, torch.float32)
+            cos, sin = cos.view(*pe[rows].shape, dim), sin.view(*pe[rows].shape, dim)
+            q_rot = q_rows * cos + rotate_half(q_rows) * sin  # [B, H, r, kv, D]
+            scores = (q_rot * k[:, :, None]).sum(-1) * scale * plan.rope_scaling**2
+            terms.append(scores.masked_fill(~mask[rows], float("-inf")))
+        # one softmax over the terms of every segment: a pair covered twice contributes two terms
+        probs = torch.softmax(torch.cat(terms, dim=-1), dim=-1)
+        out[:, :, rows] = torch.einsum("bhrk,bhkd->bhrd", probs, v_terms)
     return out

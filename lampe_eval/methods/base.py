@@ -8,6 +8,10 @@ A method is a dataclass whose fields are its hyperparameters. Three kinds:
 * ``frequency``: changes RoPE's inverse frequencies (and an attention factor); one plain causal
   segment.
 
+Methods with a released reference implementation take ``variant=paper|official`` (``VARIANTS``): the
+paper's formulas, or the official code's arithmetic exactly, including the diagonals its overlapping
+passes count twice (``doubled_diagonals``; the engine's LSE merge then counts those pairs twice too).
+
 Defaults may depend on the model's pretraining window and the target length (e.g. LaMPE's head
 size, YaRN's factor): ``Method.create(name, window=..., target_length=..., **overrides)``.
 """
@@ -15,6 +19,7 @@ size, YaRN's factor): ``Method.create(name, window=..., target_length=..., **ove
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass
@@ -97,6 +102,13 @@ class Method:
         decoding step (exact, slower)."""
         return True
 
+    def plan_with_budget(
+        self, base: RopeBase, context_length: int, kv_len: int, total_length: int | None
+    ) -> AttentionPlan:
+        """``plan`` for a generation expected to reach ``total_length`` tokens (prompt + new tokens; None
+        when unknown). Only a method whose choices depend on the final length overrides it."""
+        return self.plan(base, context_length, kv_len)
+
     def label(self) -> str:
         """Short human label with parameters, for tables and logs."""
         inner = ", ".join(f"{k}={v}" for k, v in self.params().items())
@@ -123,6 +135,15 @@ def _coerce(value: Any, annotation: Any, what: str) -> Any:
 
 
 METHODS: Registry[Method] = Registry("method")
+
+# ``variant`` of the methods that have an official code to follow (docs/methods.md): "paper" is the paper's
+# formulas with an exact partition of the causal pairs, "official" the released code's arithmetic.
+VARIANTS = ("paper", "official")
+
+
+def check_variant(method: str, variant: str) -> None:
+    if variant not in VARIANTS:
+        raise LampeEvalError(f"{method}: variant must be one of {', '.join(VARIANTS)}, not {variant!r}")
 
 
 def create_method(name: str, window: int, target_length: int | None = None, /, **overrides: Any) -> Method:
@@ -153,23 +174,47 @@ class PositionMethod(Method):
     def largest_position(self, base: RopeBase, length: int) -> int:
         """The largest relative position the last query of a ``length``-token prefill sees (O(length);
         the last row holds the maximum for every method here, whose PE grows with i - j)."""
-        last = torch.tensor([length - 1])
-        largest = 0
-        for segment in self.segments(base, length, length):
-            start, stop = (int(b[0]) for b in segment.region.bounds(last))
-            if stop > start:
-                keys = torch.arange(start, stop)
-                rel = segment.q_pos(last).double() - segment.k_pos(keys).double()
-                largest = max(largest, int(rel.max().item()))
-        return largest
+        return last_row_maximum(self.segments(base, length, length), length)
+
+    def doubled_diagonals(self, base: RopeBase, context_length: int, kv_len: int) -> list[int]:
+        """Distances d = i - j whose pairs the segments deliberately count twice (an official code's
+        overlapping passes, reproduced by a ``variant=official``); [] for an exact partition."""
+        return []
+
+    def pair_counts(
+        self, base: RopeBase, context_length: int, kv_len: int, queries: torch.Tensor, num_keys: int
+    ) -> torch.Tensor:
+        """How many softmax terms each (query, key) pair is meant to get: 1 per causal pair, one more
+        per doubled diagonal. Dense [len(queries), num_keys]: for the oracle and the partition tests."""
+        d = queries[:, None] - torch.arange(num_keys)[None, :]
+        counts = (d >= 0).long()
+        for distance in self.doubled_diagonals(base, context_length, kv_len):
+            counts += (d == distance).long()
+        return counts
 
     def plan(self, base: RopeBase, context_length: int, kv_len: int) -> AttentionPlan:
+        return self.plan_from_segments(base, self.segments(base, context_length, kv_len))
+
+    def plan_from_segments(self, base: RopeBase, segments: list[Segment]) -> AttentionPlan:
         return AttentionPlan(
-            self.segments(base, context_length, kv_len),
+            segments,
             base.inv_freq,
             base.attention_scaling * self.rope_mscale(),
             self.query_scale(base),
         )
+
+
+def last_row_maximum(segments: list[Segment], length: int) -> int:
+    """The largest relative position that query ``length - 1`` sees over ``length`` keys."""
+    last = torch.tensor([length - 1])
+    largest = 0
+    for segment in segments:
+        start, stop = (int(b[0]) for b in segment.region.bounds(last))
+        if stop > start:
+            keys = torch.arange(start, stop)
+            rel = segment.q_pos(last).double() - segment.k_pos(keys).double()
+            largest = max(largest, math.floor(rel.max().item()))
+    return largest
 
 
 @dataclass

@@ -1,11 +1,16 @@
-"""DCA, dual chunk attention (An et al. 2024, ChunkLlama), with the paper's positions.
+"""DCA, dual chunk attention (An et al. 2024, ChunkLlama).
 
 Keys sit at P_k = j mod s (s = chunk size). Queries:
 * intra-chunk (same chunk):        P_q = i mod s                  -> PE = i - j
 * successive (previous chunk):     P_q = s + (i mod s) if (i mod s) < w else max_position
 * inter-chunk (older chunks):      P_q = max_position
-Paper defaults: s = 3/4 of the window, w = window - s, max_position = window - 1. The official code's
-variant is s = CS - LW, w = LW + 1, max_position = CS (CS = 3/4 window, LW = window/8).
+
+``variant=paper`` (default): the paper's values s = 3/4 of the window, w = window - s, max_position =
+window - 1. ``variant=official``: ``HKUNLP/ChunkLlama`` ``chunkllama_attn_replace.py``: with CS = 3/4 of the
+window and LW = window // 8 (its ``chunk_size`` and ``local_window``), the chunk length is s = CS - LW, the
+successive query min(i mod s + s, CS) (w = LW + 1, max_position = CS) and the inter query min(2s - 1, CS)
+(its ``qc`` table at index s - 1); these are its defaults, and any chunk_size / local_window / max_position
+given must keep w = max_position - s + 1 (docs/methods.md 3.2).
 ``mscale_coef``: the official code multiplies cos/sin by coef * ln(l / window) + 1 when l > window
 (0.05 in chunkllama_attn_replace.py); 0 turns it off.
 """
@@ -14,12 +19,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from ..attention import ChunkRelation, Segment
 from ..errors import LampeEvalError
-from .base import METHODS, PositionMethod, RopeBase
+from .base import METHODS, Method, PositionMethod, RopeBase, check_variant
 
 
 @METHODS.register("dca")
@@ -31,21 +37,43 @@ class DualChunk(PositionMethod):
     local_window: int
     max_position: int
     mscale_coef: float = 0.05
+    variant: str = "paper"
 
     @classmethod
     def default_params(cls, window: int, target_length: int | None) -> dict:
         chunk = window * 3 // 4
         return {"chunk_size": chunk, "local_window": window - chunk, "max_position": window - 1}
 
+    @classmethod
+    def official_params(cls, window: int) -> dict:
+        """replace_with_chunkllama(pretraining_length=window): CS = 3/4 window, LW = window // 8."""
+        cs, lw = window * 3 // 4, window // 8
+        return {"chunk_size": cs - lw, "local_window": lw + 1, "max_position": cs}
+
+    @classmethod
+    def build(cls, window: int, target_length: int | None = None, /, **overrides: Any) -> Method:
+        if str(overrides.get("variant", "paper")) == "official":
+            overrides = {**cls.official_params(window), **overrides}
+        return super().build(window, target_length, **overrides)
+
     def validate(self) -> None:
-        if not 0 < self.local_window <= self.chunk_size:
+        check_variant("dca", self.variant)
+        # the official tables allow LW + 1 > CS - LW (then no successive query is capped)
+        if self.local_window < 1 or (self.variant == "paper" and self.local_window > self.chunk_size):
             raise LampeEvalError("dca: need 0 < local_window <= chunk_size")
         if self.max_position < self.chunk_size + self.local_window - 1:
             # the successive region reaches chunk_size + local_window - 1: it must stay within max_position
             raise LampeEvalError("dca: need max_position >= chunk_size + local_window - 1")
+        if self.variant == "official" and self.max_position != self.chunk_size + self.local_window - 1:
+            raise LampeEvalError(
+                "dca variant=official: the official tables tie max_position (CS) to chunk_size + "
+                "local_window - 1 (CS - LW + LW + 1 - 1): set them so, or use variant=paper"
+            )
 
     def segments(self, base: RopeBase, context_length: int, kv_len: int) -> list[Segment]:
         s, w, cap = self.chunk_size, self.local_window, self.max_position
+        # the official inter-chunk query reads its successive table at s - 1: min(2s - 1, CS)
+        inter = min(2 * s - 1, cap) if self.variant == "official" else cap
 
         def key_pos(j: torch.Tensor) -> torch.Tensor:
             return (j % s).float()
@@ -58,7 +86,7 @@ class DualChunk(PositionMethod):
             return torch.where(r < w, r + s, torch.full_like(r, cap)).float()
 
         def inter_q(i: torch.Tensor) -> torch.Tensor:
-            return torch.full(i.shape, float(cap), device=i.device)
+            return torch.full(i.shape, float(inter), device=i.device)
 
         return [
             Segment("intra", ChunkRelation(s, 0), intra_q, key_pos),

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import types
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +30,7 @@ from ..errors import LampeEvalError, UnsupportedModelError
 from .base import FrequencyMethod, Method, RopeBase
 
 SUPPORTED_ATTENTION = ("LlamaAttention", "MistralAttention", "Qwen2Attention")
+_STATE_ATTR = "_lampe_eval_patch_state"  # the PatchState of a patched model (see generation_budget)
 
 
 # rotated key copies of every generation, by cache object: a new cache is a new generation
@@ -41,17 +44,18 @@ class PatchState:
     method: Method
     base: RopeBase
     context_length: int | None = None  # l of the latest sequence prefilled (the prompt length)
-    _plan_key: tuple[int, int] | None = field(default=None, repr=False)
+    total_length: int | None = None  # prompt + new tokens of the running generation (generation_budget)
+    _plan_key: tuple[int, int, int | None] | None = field(default=None, repr=False)
     _plan: AttentionPlan | None = field(default=None, repr=False)
 
     def plan(self, context_length: int, kv_len: int) -> AttentionPlan:
         """The plan for a sequence whose prompt had ``context_length`` tokens, now ``kv_len`` long;
         computed once per forward pass and shared by all layers."""
-        key = (context_length, kv_len)
+        key = (context_length, kv_len, self.total_length)
         if isinstance(self.method, FrequencyMethod) and self.method.fixed_key_positions():
-            key = (0, 0)  # fixed frequencies: one plan for every length (transformers' rope init is slow)
+            key = (0, 0, None)  # fixed frequencies: one plan for all lengths (rope init is slow)
         if key != self._plan_key:
-            self._plan = self.method.plan(self.base, context_length, kv_len)
+            self._plan = self.method.plan_with_budget(self.base, context_length, kv_len, self.total_length)
             self._plan_key = key
         assert self._plan is not None
         return self._plan
@@ -105,10 +109,13 @@ def kv_cache_bytes(cache: Any) -> int:
 class PatchHandle:
     """Returned by :func:`apply_method`; ``remove()`` (or leaving the ``with`` block) restores the model."""
 
-    def __init__(self, layers: list[torch.nn.Module], hooks: list[Any], state: PatchState | None) -> None:
+    def __init__(
+        self, layers: list[torch.nn.Module], hooks: list[Any], state: PatchState | None, model: Any = None
+    ) -> None:
         self.layers = layers
         self.hooks = hooks
         self.state = state
+        self.model = model
 
     def remove(self) -> None:
         for layer in self.layers:
@@ -116,7 +123,9 @@ class PatchHandle:
                 del layer.forward  # back to the class's own forward
         for hook in self.hooks:
             hook.remove()
-        self.layers, self.hooks = [], []
+        if self.model is not None and getattr(self.model, _STATE_ATTR, None) is self.state:
+            delattr(self.model, _STATE_ATTR)
+        self.layers, self.hooks, self.model = [], [], None
 
     def __enter__(self) -> PatchHandle:
         return self
@@ -191,7 +200,23 @@ def apply_method(model: Any, method: Method, window: int | None = None) -> Patch
         layer.forward = types.MethodType(_make_forward(state), layer)
     base_model = getattr(model, "model", model)
     hooks = [base_model.register_forward_pre_hook(_reject_padding, with_kwargs=True)]
-    return PatchHandle(layers, hooks, state)
+    setattr(model, _STATE_ATTR, state)
+    return PatchHandle(layers, hooks, state, model)
+
+
+@contextmanager
+def generation_budget(model: Any, total_length: int) -> Iterator[None]:
+    """Tell a patched model's method how long the coming generation gets (prompt + new tokens), e.g.
+    for LaMPE's ``identity_within_window``; no-op on an unpatched model."""
+    state = getattr(model, _STATE_ATTR, None)
+    if state is None:
+        yield
+        return
+    state.total_length = total_length
+    try:
+        yield
+    finally:
+        state.total_length = None
 
 
 def _make_forward(state: PatchState):

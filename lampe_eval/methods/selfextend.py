@@ -1,8 +1,12 @@
 """SelfExtend (Jin et al. 2024): neighbour attention within w, grouped (floor(pos / G)) beyond.
 
 Neighbour d < w: true positions. Group d >= w: P_q = floor(i/G) + w - floor(w/G), P_k = floor(j/G).
-Integer group offsets everywhere (the official default file divides w / G as floats in prefill
-only; we do not reproduce that bug). ``scale_base`` > 0 enables the optional log query scaling
+
+``variant=paper`` (default) uses the integer group offset w - floor(w/G) everywhere, as the paper and the
+fixed ``self_extend_patch/Llama_4_40.py`` (``datamllab/LongLM`` commit 715c1e3) do. ``variant=official``
+follows ``self_extend_patch/Llama.py``, the file ``SelfExtend.apply`` uses by default: the float offset
+w - w/G (computed in float32) in prefill and decode, so group positions are fractional when G does not
+divide w (docs/methods.md 2.1). ``scale_base`` > 0 enables the optional log query scaling
 q *= max(1, log(i + 1) / log(scale_base)); off by default, as in the paper's results.
 """
 
@@ -15,15 +19,16 @@ import torch
 
 from ..attention import Band, Segment
 from ..errors import LampeEvalError
-from .base import METHODS, PositionMethod, RopeBase
+from .base import METHODS, PositionMethod, RopeBase, check_variant
 
 
 def default_group_size(window: int, neighbour: int, target_length: int | None) -> int:
-    """Smallest G meeting the README rule (2/3) * window > w + (N - w) / G."""
+    """Smallest G meeting the README rule (2/3) * window > w + (N - w) / G (strictly)."""
     if not target_length or target_length <= window:
         return 2
-    budget = (2 * window) // 3 - neighbour
-    return max(2, math.ceil((target_length - neighbour) / max(budget, 1)))
+    # in integers: G * (2 * window - 3 * w) > 3 * (N - w)
+    budget = max(2 * window - 3 * neighbour, 1)
+    return max(2, 3 * (target_length - neighbour) // budget + 1)
 
 
 @METHODS.register("selfextend")
@@ -34,6 +39,7 @@ class SelfExtend(PositionMethod):
     group_size: int
     window: int  # neighbour window w
     scale_base: int = -1
+    variant: str = "paper"
 
     @classmethod
     def default_params(cls, window: int, target_length: int | None) -> dict:
@@ -41,15 +47,22 @@ class SelfExtend(PositionMethod):
         return {"window": neighbour, "group_size": default_group_size(window, neighbour, target_length)}
 
     def validate(self) -> None:
+        check_variant("selfextend", self.variant)
         if self.group_size < 1 or self.window < 1:
             raise LampeEvalError("selfextend: group_size and window must be >= 1")
 
     def segments(self, base: RopeBase, context_length: int, kv_len: int) -> list[Segment]:
         g, w = self.group_size, self.window
-        shift = w - w // g
+        if self.variant == "official":  # Llama.py: i // G + w - w / G, a float32 tensor
+            shift = torch.tensor(w / g, dtype=torch.float32)
 
-        def group_q(i: torch.Tensor) -> torch.Tensor:
-            return (torch.div(i, g, rounding_mode="floor") + shift).float()
+            def group_q(i: torch.Tensor) -> torch.Tensor:
+                return (torch.div(i, g, rounding_mode="floor") + w).float() - shift.to(i.device)
+
+        else:
+
+            def group_q(i: torch.Tensor) -> torch.Tensor:
+                return (torch.div(i, g, rounding_mode="floor") + w - w // g).float()
 
         def group_k(j: torch.Tensor) -> torch.Tensor:
             return torch.div(j, g, rounding_mode="floor").float()

@@ -41,7 +41,8 @@ Scores: the official scorers (``scoring.py``) x 100, mean over samples.
 
 Options (``--opt key=value``): ``template``, ``chat_template``, ``fixture``, ``source`` (auto, fixture, dir,
 generate, hub), ``dataset``, ``num_samples`` (generated tasks; default the official counts 590/590/500),
-``max_new_tokens``, ``cache`` (false: generate in memory only).
+``max_new_tokens``, ``cache`` (false: generate in memory only), ``math_calc_gpt4`` (true: Math.Calc drops
+the first number of the prediction, the official scorer's rule for GPT-4 outputs; off by default).
 """
 
 from __future__ import annotations
@@ -210,6 +211,7 @@ class InfiniteBench(Benchmark):
         Option("num_samples", int, None, "generated tasks: samples without --limit (official counts)", False),
         Option("max_new_tokens", int, None, "generation budget (default: the official one per task)"),
         Option("cache", bool, True, "keep generated samples on disk (false: in memory only)", False),
+        Option("math_calc_gpt4", bool, False, "Math.Calc: drop the echoed first number (rescoring GPT-4)"),
     )
     input_length_key = "original_tokens"
 
@@ -299,6 +301,8 @@ class InfiniteBench(Benchmark):
             "template": family,
             "chat_template": builder.chat_template,
         }
+        if task == "math_calc" and options["math_calc_gpt4"]:
+            base_meta["math_calc_gpt4"] = True  # read back by score()
         source = self.source(task, ctx)
         if source == "generate":
             yield from self._generated(task, spec, template, family, builder, max_new, base_meta, ctx)
@@ -357,7 +361,8 @@ class InfiniteBench(Benchmark):
     def score(self, sample: Sample, output: dict[str, Any]) -> dict[str, float]:
         task = self.check_task(sample.task)
         metric = self.config.tasks[task].metric
-        return {metric: 100.0 * score_one(task, output.get("prediction"), sample.references)}
+        gpt4 = bool(sample.meta.get("math_calc_gpt4"))
+        return {metric: 100.0 * score_one(task, output.get("prediction"), sample.references, gpt4=gpt4)}
 
 
 __all__ = ["InfiniteBench", "PromptBuilder", "SyntheticSet"]

@@ -206,15 +206,19 @@ def score_math_find(prediction: str, label: Sequence[str]) -> float:
         return 0.0
 
 
-def score_math_calc(prediction: str, label: Sequence[str]) -> float:
+def score_math_calc(prediction: str, label: Sequence[str], gpt4: bool = False) -> float:
     """Math.Calc: length of the correct prefix of the digit runs (signs ignored) over the number of values.
 
-    (The official code also drops the first number for GPT-4, which echoes the expression's first operand.)
+    ``gpt4``: the official rule for GPT-4 outputs (``compute_scores.py``, ``if model_name == "gpt4"``): its
+    prompt makes GPT-4 echo the expression's first operand, so the first number is dropped. Off by default;
+    on to rescore published GPT-4 predictions exactly.
     """
     gold = [_as_int(str(v)) for v in label]
     if not gold:
         return 0.0
     numbers = [int(run) for run in _DIGIT_RUNS.findall(prediction)]
+    if gpt4:
+        numbers = numbers[1:]
     correct = 0
     for want, got in zip(gold, numbers, strict=False):
         if want != got:
@@ -239,7 +243,10 @@ SCORERS: dict[str, Callable[[str, Sequence[str]], float]] = {
 }
 
 
-def score_one(task: str, prediction: Any, label: Sequence[str]) -> float:
-    """The official score of one prediction in [0, 1] (a missing/non-text prediction is scored as text)."""
+def score_one(task: str, prediction: Any, label: Sequence[str], gpt4: bool = False) -> float:
+    """The official score of one prediction in [0, 1] (a missing/non-text prediction is scored as text).
+    ``gpt4``: the official scorer's ``model_name == "gpt4"`` rule (it only changes Math.Calc)."""
     text = prediction if isinstance(prediction, str) else ("" if prediction is None else str(prediction))
+    if task == "math_calc":
+        return score_math_calc(text, label, gpt4=gpt4)
     return float(SCORERS[task](text, label))
