@@ -159,42 +159,46 @@ class DynamicNTK(_Factor):
         return self.source(base, kv_len, ntk_theta(_theta(base), scale, base.head_dim))
 
 
-def yarn_frequencies(base: RopeBase, factor: float, beta_fast: float, beta_slow: float, attention: float):
-    """transformers' ``yarn`` with the window as the original length (``attention`` 0: its default)."""
-    params: dict[str, Any] = {
-        "rope_type": "yarn",
-        "factor": factor,
-        "original_max_position_embeddings": base.window,
-        "beta_fast": beta_fast,
-        "beta_slow": beta_slow,
-    }
-    if attention > 0:
-        params["attention_factor"] = attention
-    return hf_frequencies(base, params, int(base.window * factor))
+@dataclass
+class _NTKByParts(_Factor):
+    """transformers' ``yarn`` with the window as the original length; subclasses set the temperature."""
+
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+
+    def temperature(self) -> float:
+        """cos/sin factor; 0: transformers' default 0.1 ln(factor) + 1."""
+        raise NotImplementedError
+
+    def frequencies(self, base: RopeBase, kv_len: int):
+        check_model_scaling(self, base)
+        params: dict[str, Any] = {
+            "rope_type": "yarn",
+            "factor": self.factor,
+            "original_max_position_embeddings": base.window,
+            "beta_fast": self.beta_fast,
+            "beta_slow": self.beta_slow,
+        }
+        if self.temperature() > 0:
+            params["attention_factor"] = self.temperature()
+        return hf_frequencies(base, params, int(base.window * self.factor))
 
 
 @METHODS.register("yarn")
 @dataclass
-class YaRN(_Factor):
+class YaRN(_NTKByParts):
     summary = "NTK-by-parts frequencies + attention temperature 0.1 ln(s) + 1 (Peng et al. 2023)"
 
-    beta_fast: float = 32.0
-    beta_slow: float = 1.0
     attention_factor: float = 0.0  # 0: YaRN's default 0.1 * ln(factor) + 1
 
-    def frequencies(self, base: RopeBase, kv_len: int):
-        check_model_scaling(self, base)
-        return yarn_frequencies(base, self.factor, self.beta_fast, self.beta_slow, self.attention_factor)
+    def temperature(self) -> float:
+        return self.attention_factor
 
 
 @METHODS.register("ntk_by_parts")
 @dataclass
-class NTKByParts(_Factor):
+class NTKByParts(_NTKByParts):
     summary = "YaRN's per-frequency interpolation without its temperature (attention factor 1)"
 
-    beta_fast: float = 32.0
-    beta_slow: float = 1.0
-
-    def frequencies(self, base: RopeBase, kv_len: int):
-        check_model_scaling(self, base)
-        return yarn_frequencies(base, self.factor, self.beta_fast, self.beta_slow, 1.0)
+    def temperature(self) -> float:
+        return 1.0
