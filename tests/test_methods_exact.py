@@ -1,4 +1,5 @@
-"""Every position-remapping method: fast path == dense oracle, exact partition, decode == prefill row."""
+"""Every position-remapping method: fast path == dense oracle, each kept pair covered exactly once (the
+dropped ones by none), decode == prefill row."""
 
 import random
 import zlib
@@ -71,25 +72,50 @@ def random_params(name: str, rng: random.Random) -> dict:
     if name == "string":
         shift = rng.randint(2, 70)
         return {"shift": shift, "local": rng.randint(0, shift - 1), "variant": variant}
+    if name == "lm_infinite":
+        local = rng.randint(1, 60)
+        return {"n_local": local, "n_global": rng.randint(0, 20), "limit_distance": rng.randint(1, local)}
+    if name == "streamingllm":
+        return {"sinks": rng.randint(0, 8), "recent": rng.randint(0, 60)}
     return {}
 
 
+def expected_kept_pairs(method, n: int) -> torch.Tensor:
+    """Which (query, key) pairs a method attends, written from the papers / official code, not from the
+    segments: [n, n] bool for a prefill of n tokens."""
+    i = torch.arange(n)[:, None]
+    j = torch.arange(n)[None, :]
+    d = i - j
+    causal = d >= 0
+    if method.name == "lm_infinite":
+        # models/lambda_attention.py: local keys d <= n_local - 1, plus the global keys j < n_global
+        return causal & ((d < method.n_local) | (j < method.n_global))
+    if method.name == "streamingllm":
+        # kv_cache.py: after each token the cache keeps the first `sinks` and the last `recent` keys, so
+        # token i sees those of the cache after token i - 1, plus itself
+        return causal & ((d <= method.recent) | (j < method.sinks))
+    return causal
+
+
 def pair_counts(method, context: int, kv: int, q_start: int = 0) -> torch.Tensor:
-    """The method's declared multiplicity per pair (1 per causal pair unless an official variant doubles
-    a diagonal)."""
+    """The method's declared multiplicity per pair: 1 per kept causal pair (methods that drop pairs keep
+    those of :func:`expected_kept_pairs`) unless an official variant doubles a diagonal."""
     queries = torch.arange(q_start, kv)
+    kept = expected_kept_pairs(method, kv)[q_start:].long()
     if isinstance(method, PositionMethod):
-        return method.pair_counts(base(), context, kv, queries, kv)
-    return (queries[:, None] >= torch.arange(kv)[None, :]).long()
+        return method.pair_counts(base(), context, kv, queries, kv) * kept
+    return kept
 
 
-POSITION_METHODS = ["lampe", "selfextend", "dca", "rerope", "string"]
+POSITION_METHODS = ["lampe", "selfextend", "dca", "rerope", "string", "lm_infinite", "streamingllm"]
+FREQUENCY_METHODS = ["ntk", "yarn", "linear", "dynamic_ntk", "ntk_by_parts", "llama3", "longrope"]
 ALL_METHODS = METHODS.names()
 
 
 def test_every_registered_method_is_covered():
     assert set(POSITION_METHODS) <= set(ALL_METHODS)
     assert {m for m in ALL_METHODS if METHODS.get(m).kind == "position"} == set(POSITION_METHODS)
+    assert {m for m in ALL_METHODS if METHODS.get(m).kind == "frequency"} == set(FREQUENCY_METHODS)
 
 
 @pytest.mark.parametrize("name", POSITION_METHODS)
@@ -111,15 +137,38 @@ def test_fast_path_equals_oracle_with_gqa(name, length, monkeypatch):
         assert err <= 1e-4, f"{method.label()} trial {trial}: {err}"
 
 
-@pytest.mark.parametrize("name", [*POSITION_METHODS, "rope", "ntk", "yarn", "linear", "dynamic_ntk"])
+@pytest.mark.parametrize("name", [*POSITION_METHODS, "rope", *FREQUENCY_METHODS])
 @pytest.mark.parametrize("length", [3, 64, 200])
-def test_segments_partition_the_causal_pairs_exactly(name, length):
+def test_segments_cover_each_kept_pair_exactly_once(name, length):
+    """Every causal pair once; for StreamingLLM and LM-Infinite exactly the pairs they keep."""
     rng = random.Random(length)
     for _ in range(3):
         method = create_method(name, WINDOW, 4 * WINDOW, **random_params(name, rng))
         plan = method.plan(base(), length, length)
         # every causal pair once, except the diagonals an official variant declares doubled
         check_coverage(plan, 0, length, length, pair_counts(method, length, length))
+
+
+@pytest.mark.parametrize("name", ["lm_infinite", "streamingllm"])
+def test_the_dropped_pairs_are_never_attended(name):
+    """A value placed only at dropped keys must not reach the output (engine and oracle alike)."""
+    rng = random.Random(zlib.crc32(name.encode()))
+    length = 150
+    for _ in range(3):
+        method = create_method(name, WINDOW, 4 * WINDOW, **random_params(name, rng))
+        plan = method.plan(base(), length, length)
+        dropped_keys = ~expected_kept_pairs(method, length)[-1]
+        assert dropped_keys.any()
+        q, k = torch.randn(1, 2, length, D), torch.randn(1, 2, length, D)
+        v = torch.zeros(1, 2, length, D)
+        v[:, :, dropped_keys] = 1e3
+        last = q[:, :, -1:]
+        for out in (
+            segmented_attention(q, k, v, plan, 0, D**-0.5)[:, :, -1:],  # prefill
+            segmented_attention(last, k, v, plan, length - 1, D**-0.5),  # decode
+            oracle_attention(last, k, v, plan, length - 1, D**-0.5),
+        ):
+            assert out.abs().max() == 0, method.label()
 
 
 @pytest.mark.parametrize("name", POSITION_METHODS + ["dynamic_ntk"])
@@ -161,3 +210,9 @@ def test_a_warning_when_a_method_shows_positions_past_the_window():
     small_group = create_method("selfextend", WINDOW, 4 * WINDOW, group_size=2)
     assert "selfextend" in (beyond_window_warning(small_group, b, 4 * WINDOW) or "")
     assert beyond_window_warning(create_method("ntk", WINDOW, 4 * WINDOW), b, 4 * WINDOW) is None
+    # StreamingLLM's defaults keep every position below the window; LM-Infinite's official ceiling
+    # (limit_distance = window) puts its global keys at distance W, one past the trained W - 1
+    assert beyond_window_warning(create_method("streamingllm", WINDOW, 4 * WINDOW), b, 4 * WINDOW) is None
+    assert beyond_window_warning(create_method("lm_infinite", WINDOW, 4 * WINDOW), b, WINDOW) is None
+    lm_infinite = beyond_window_warning(create_method("lm_infinite", WINDOW, 4 * WINDOW), b, 4 * WINDOW)
+    assert lm_infinite and f"relative position {WINDOW} >=" in lm_infinite

@@ -49,6 +49,11 @@ def test_identity_mappings_reproduce_the_unpatched_model(model_type, ids):
         ("lampe", {"mscale": 1.0, "m": 150}),
         ("linear", {"factor": 1.0}),
         ("dynamic_ntk", {"factor": 2.0}),
+        ("lm_infinite", {"n_local": 999, "limit_distance": 999}),
+        ("streamingllm", {"recent": 999}),
+        ("llama3", {"factor": 1.0}),
+        ("ntk_by_parts", {"factor": 1.0}),
+        ("longrope", {"factor": 1.0, "long": False}),
     ]:
         method = create_method(name, 1000 if name == "dynamic_ntk" else WINDOW, None, **params)
         with apply_method(net, method, window=1000 if name == "dynamic_ntk" else None):
@@ -63,7 +68,10 @@ def test_generate_with_cache_runs_for_every_method(model, ids, name):
     assert out.shape == (1, ids.shape[1] + 6)
 
 
-LENGTH_FREE = ["rope", "selfextend", "dca", "rerope", "string", "ntk", "yarn", "linear", "dynamic_ntk"]
+LENGTH_FREE = [
+    *("rope", "selfextend", "dca", "rerope", "string", "lm_infinite", "streamingllm"),
+    *("ntk", "yarn", "linear", "dynamic_ntk", "ntk_by_parts", "llama3", "longrope"),
+]
 
 
 @torch.no_grad()

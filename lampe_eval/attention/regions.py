@@ -7,7 +7,9 @@ rectangular slices and mask only thin edges, with no L x L tensor.
 
 A *segment* is a region plus the positions RoPE gives its queries (``q_pos``) and keys (``k_pos``):
 inside it, pair (i, j) is scored at relative position ``q_pos(i) - k_pos(j)``. A method's segments
-must partition the causal pairs exactly; ``tests/test_methods_exact.py`` checks it for every method.
+must cover each pair they keep exactly once: every causal pair, except for methods that drop pairs
+(StreamingLLM's evicted tokens, LM-Infinite's Λ mask); ``tests/test_methods_exact.py`` checks it for every
+method against an independent definition of the kept pairs.
 """
 
 from __future__ import annotations
@@ -84,6 +86,19 @@ class ChunkRelation(Region):
     def breakpoints(self, first: int, last: int) -> list[int]:
         begin = (first // self.size + 1) * self.size
         return list(range(begin, last, self.size))
+
+
+@dataclass(frozen=True)
+class FirstKeys(Region):
+    """The first ``count`` keys, for queries at distance ``i - j >= lo`` from them: attention sinks
+    (StreamingLLM) or LM-Infinite's global branch, beyond a local band of ``lo`` distances."""
+
+    count: int
+    lo: int
+
+    def bounds(self, queries: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        stop = (queries - self.lo + 1).clamp(min=0, max=self.count)
+        return torch.zeros_like(queries), stop
 
 
 @dataclass(frozen=True)
