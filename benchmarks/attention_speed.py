@@ -93,7 +93,9 @@ def main() -> None:
     parser.add_argument("--lengths", default="4096,8192,16384")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(
-        "--methods", default="sdpa,rope,lampe,selfextend,dca,rerope,string,ntk,yarn,dynamic_ntk,linear"
+        "--methods",
+        default="sdpa,rope,lampe,selfextend,dca,rerope,string,lm_infinite,streamingllm,ntk,yarn,dynamic_ntk,"
+        "linear,ntk_by_parts,llama3,longrope",
     )
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument(

@@ -21,7 +21,8 @@ import subprocess
 import sys
 
 DEFAULT_METHODS = (
-    "rope,lampe,selfextend,dca,rerope,string,ntk,yarn,linear,dynamic_ntk,lampe:remap_each_step=true"
+    "rope,lampe,selfextend,dca,rerope,string,lm_infinite,streamingllm,ntk,yarn,linear,ntk_by_parts,llama3,"
+    "longrope,dynamic_ntk,lampe:remap_each_step=true"
 )
 
 
