@@ -39,7 +39,7 @@ def yarn_ramp(dim: int, theta: float, window: int, beta_fast: float = 32.0, beta
         return dim * math.log(window / (rotations * 2 * math.pi)) / (2 * math.log(theta))
 
     low = max(math.floor(correction_dim(beta_fast)), 0)
-    high = min(math.ceil(correction_dim(beta_slow)), dim - 1)
+    high: float = min(math.ceil(correction_dim(beta_slow)), dim - 1)
     if low == high:
         high += 0.001  # as the official code: avoid a division by zero
     return ((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
