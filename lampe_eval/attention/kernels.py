@@ -163,6 +163,13 @@ FLASH_CALLS: dict[str, Callable[[], FlashCall]] = {"flash_attn": _flash_attn_cal
 def _cpu_piece(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, kind: str, mask: torch.Tensor | None
 ) -> Piece:
+    if q.shape[0] > 1 and q.shape[2] == 1:
+        # one query row: the CPU kernel splits the keys over threads by batch size, so a sequence's sums
+        # would depend on its batch; one call per sequence keeps --batch-size N equal to 1 bit for bit
+        pieces = [
+            _cpu_piece(q[b : b + 1], k[b : b + 1], v[b : b + 1], scale, kind, mask) for b in range(q.shape[0])
+        ]
+        return torch.cat([p[0] for p in pieces]), torch.cat([p[1] for p in pieces])
     additive = None
     if mask is not None:
         additive = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill_(~mask, NEG_INF)
