@@ -27,7 +27,7 @@ def gpu_check():
     return module
 
 
-SMALL = ["--check-length", "96", "--model-length", "48", "--oracle-rows", "6"]
+SMALL = ["--check-length", "64", "--model-length", "32", "--oracle-rows", "4"]
 
 
 def test_cpu_run_checks_a_and_b_and_exits_0(gpu_check, capsys):
@@ -47,6 +47,8 @@ def test_a_wrong_kernel_fails_the_check(gpu_check, capsys, monkeypatch):
         return (out * 1.01, lse) if backend == "cpu" else (out, lse)
 
     monkeypatch.setattr(kernels, "attend", off_by_a_little)
+    monkeypatch.setattr(gpu_check, "position_methods", lambda: ["lampe"])
+    monkeypatch.setattr(gpu_check, "IDENTITY_CONFIGS", gpu_check.IDENTITY_CONFIGS[:1])
     assert gpu_check.main(SMALL) == 1
     captured = capsys.readouterr()
     assert "FAIL" in captured.out and "(a) attention vs portable" in captured.err
@@ -57,9 +59,9 @@ def test_speed_part_runs_through_the_emulated_flash_kernel(gpu_check, monkeypatc
     emulator = FlashAttnEmulator(half_only=False)
     monkeypatch.setitem(sys.modules, "flash_attn", fake_flash_attn(emulator))
     rows = {}
-    gpu_check.measure_speed(rows, 160, 1, device="cpu", shape=gpu_check.Shape(4, 2, 16, 64))
-    assert rows["flash (plain)"].cells["prefill 160 ms (x flash)"].endswith("(1.00x)")
+    gpu_check.measure_speed(rows, 128, 1, device="cpu", shape=gpu_check.Shape(4, 2, 16, 64))
+    assert rows["flash (plain)"].cells["prefill 128 ms (x flash)"].endswith("(1.00x)")
     for name in METHODS.names():
         if name != "rope":
-            assert set(rows[name].cells) == {"prefill 160 ms (x flash)", "decode 160 ms (x flash)"}, name
-    assert any(call["causal"] and call["sq"] == 160 for call in emulator.calls)  # the plain causal call
+            assert set(rows[name].cells) == {"prefill 128 ms (x flash)", "decode 128 ms (x flash)"}, name
+    assert any(call["causal"] and call["sq"] == 128 for call in emulator.calls)  # the plain causal call

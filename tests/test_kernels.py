@@ -122,14 +122,12 @@ def fake_flash_attn(emulator: FlashAttnEmulator) -> types.ModuleType:
     return module
 
 
-@pytest.fixture(params=["flash_attn", "torch"])
-def emulated(request, monkeypatch):
+def emulate(backend: str, monkeypatch) -> FlashAttnEmulator | TorchFlashEmulator:
     """The engine on one FlashAttention-2 backend, its kernel replaced by the contract's emulation
     (fp32 allowed, so the comparison with the oracle is tight; ``half_only`` is tested apart)."""
-    backend = request.param
     monkeypatch.setenv(kernels.ENV, backend)
     if backend == "flash_attn":
-        emulator = FlashAttnEmulator(half_only=False)
+        emulator: FlashAttnEmulator | TorchFlashEmulator = FlashAttnEmulator(half_only=False)
         monkeypatch.setitem(sys.modules, "flash_attn", fake_flash_attn(emulator))
     else:
         emulator = TorchFlashEmulator(half_only=False)
@@ -137,8 +135,13 @@ def emulated(request, monkeypatch):
     return emulator
 
 
+@pytest.fixture(params=["flash_attn", "torch"])
+def emulated(request, monkeypatch):
+    return emulate(request.param, monkeypatch)
+
+
 @pytest.mark.parametrize("name", POSITION_METHODS)
-def test_engine_through_emulated_kernels_equals_the_oracle(name, emulated, monkeypatch):
+def test_engine_through_emulated_kernels_equals_the_oracle(name, monkeypatch):
     rng = random.Random(zlib.crc32(f"kernels-{name}".encode()))
     length = 130
     method = create_method(name, WINDOW, 4 * WINDOW, **random_params(name, rng))
@@ -146,21 +149,23 @@ def test_engine_through_emulated_kernels_equals_the_oracle(name, emulated, monke
     q = torch.randn(1, 6, length, D)
     k, v = torch.randn(1, 2, length, D), torch.randn(1, 2, length, D)
     ref = oracle_attention(q, k, v, plan, 0, D**-0.5)
-    for threshold, block in [(4, 16), (1024, 64)]:  # multi-piece blocks, then one masked call per block
-        monkeypatch.setattr(engine, "SINGLE_MASK_KEYS", threshold)
-        fast = segmented_attention(q, k, v, plan, 0, D**-0.5, block=block)
-        assert (fast - ref).abs().max() <= 1e-4, f"{method.label()} block {block}"
-    step = segmented_attention(q[:, :, -1:], k, v, plan, length - 1, D**-0.5)  # a decode step
-    assert (step - ref[:, :, -1:]).abs().max() <= 1e-4, f"{method.label()} decode"
-    assert emulated.calls, "the emulated kernel was never called"
+    for backend in ("flash_attn", "torch"):
+        emulator = emulate(backend, monkeypatch)
+        for threshold, block in [(4, 16), (1024, 64)]:  # multi-piece blocks, then one masked call a block
+            monkeypatch.setattr(engine, "SINGLE_MASK_KEYS", threshold)
+            fast = segmented_attention(q, k, v, plan, 0, D**-0.5, block=block)
+            assert (fast - ref).abs().max() <= 1e-4, f"{backend} {method.label()} block {block}"
+        step = segmented_attention(q[:, :, -1:], k, v, plan, length - 1, D**-0.5)  # a decode step
+        assert (step - ref[:, :, -1:]).abs().max() <= 1e-4, f"{backend} {method.label()} decode"
+        assert emulator.calls, f"the emulated {backend} kernel was never called"
 
 
 def test_every_piece_kind_reaches_the_kernel(emulated, monkeypatch):
     """Causal squares, anticausal bands (window (0, -1)) and rectangles all run on the kernel."""
     monkeypatch.setattr(engine, "SINGLE_MASK_KEYS", 4)
-    method = create_method("selfextend", WINDOW, 4 * WINDOW, group_size=3, window=90)
-    plan = method.plan(base(), 200, 200)
-    q, k, v = torch.randn(1, 4, 200, D), torch.randn(1, 2, 200, D), torch.randn(1, 2, 200, D)
+    method = create_method("selfextend", WINDOW, 4 * WINDOW, group_size=3, window=70)
+    plan = method.plan(base(), 160, 160)
+    q, k, v = torch.randn(1, 4, 160, D), torch.randn(1, 2, 160, D), torch.randn(1, 2, 160, D)
     out = segmented_attention(q, k, v, plan, 0, 0.25, block=64)
     assert (out - oracle_attention(q, k, v, plan, 0, 0.25)).abs().max() <= 1e-4
     seen = {(c["causal"], tuple(c["window"])) for c in emulated.calls}
@@ -174,8 +179,8 @@ def test_bf16_through_the_strict_emulation(monkeypatch):
     monkeypatch.setitem(sys.modules, "flash_attn", fake_flash_attn(emulator))
     monkeypatch.setattr(engine, "SINGLE_MASK_KEYS", 4)
     method = create_method("lampe", WINDOW, 4 * WINDOW)
-    plan = method.plan(base(), 200, 200)
-    q, k, v = torch.randn(1, 4, 200, D), torch.randn(1, 2, 200, D), torch.randn(1, 2, 200, D)
+    plan = method.plan(base(), 160, 160)
+    q, k, v = torch.randn(1, 4, 160, D), torch.randn(1, 2, 160, D), torch.randn(1, 2, 160, D)
     ref = oracle_attention(q, k, v, plan, 0, 0.25)
     out = segmented_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), plan, 0, 0.25, block=64)
     assert out.dtype == torch.bfloat16 and emulator.calls
