@@ -170,6 +170,13 @@ def test_every_piece_kind_reaches_the_kernel(emulated, monkeypatch):
     assert (out - oracle_attention(q, k, v, plan, 0, 0.25)).abs().max() <= 1e-4
     seen = {(c["causal"], tuple(c["window"])) for c in emulated.calls}
     assert {(True, (-1, -1)), (False, (0, -1)), (False, (-1, -1))} <= seen
+    # a thin band (ReRoPE's window of 20): each block's masked call is a band, run as the window (19, 0)
+    monkeypatch.setattr(engine, "SINGLE_MASK_KEYS", 1024)
+    emulated.calls.clear()
+    plan = create_method("rerope", WINDOW, 4 * WINDOW, window=20).plan(base(), 160, 160)
+    out = segmented_attention(q, k, v, plan, 0, 0.25, block=64)
+    assert (out - oracle_attention(q, k, v, plan, 0, 0.25)).abs().max() <= 1e-4
+    assert (False, (19, 0)) in {(c["causal"], tuple(c["window"])) for c in emulated.calls}
 
 
 def test_bf16_through_the_strict_emulation(monkeypatch):

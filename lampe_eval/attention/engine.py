@@ -370,15 +370,20 @@ def interval_attention(
         a = a + int(nonempty[0, 0])  # leading rows with no key keep lse -inf
         s, e = starts[a:b], stops[a:b]
         pieces = _plan_pieces(s, e)
-        if kernels.backend_for(q, FORCE_PORTABLE) == "portable":  # it materialises scores: bound their width
+        backend = kernels.backend_for(q, FORCE_PORTABLE)
+        if backend == "portable":  # it materialises scores: bound their width
             pieces = _split_wide(pieces, PORTABLE_MAX_KEYS)
         block_out: tuple[torch.Tensor, torch.Tensor] | None = None
         for key_lo, key_hi, kind in pieces:
-            mask = None
+            mask, width = None, 0
+            if kind == "mask" and backend in kernels.FLASH_CALLS:
+                width = _band_width(s, e, key_lo, key_hi)
+                kind = "window" if width else kind
             if kind == "mask":
                 keys = torch.arange(key_lo, key_hi, device=q.device)
                 mask = (keys[None, :] >= s[:, None]) & (keys[None, :] < e[:, None])
-            o, l_ = _attend(q[:, :, a:b], k[:, :, key_lo:key_hi], v[:, :, key_lo:key_hi], scale, kind, mask)
+            piece = (q[:, :, a:b], k[:, :, key_lo:key_hi], v[:, :, key_lo:key_hi])
+            o, l_ = _attend(*piece, scale, kind, mask, window=width)
             if block_out is None:
                 block_out = (o, l_)
             else:
@@ -431,6 +436,16 @@ def _plan_pieces(s: torch.Tensor, e: torch.Tensor) -> list[tuple[int, int, str]]
     return pieces
 
 
+def _band_width(s: torch.Tensor, e: torch.Tensor, key_lo: int, key_hi: int) -> int:
+    """w when row r of the piece ``[key_lo, key_hi)`` sees keys ``[max(key_lo, e[r] - w), e[r])`` with
+    ``e[r] = key_hi - rows + 1 + r``: a distance band cut by the piece's edges, which FlashAttention's
+    bottom-right ``window_size=(w - 1, 0)`` expresses exactly (no mask); 0 when it is not that."""
+    width = int(e[-1]) - int(s[-1])
+    if int(e[-1]) != key_hi or width < 1 or not _unit_slope(e):
+        return 0
+    return width if bool((s == (e - width).clamp(min=key_lo)).all()) else 0
+
+
 def _unit_slope(x: torch.Tensor) -> bool:
     """x[r] = x[0] + r for every row."""
     rows = x.shape[0]
@@ -440,9 +455,16 @@ def _unit_slope(x: torch.Tensor) -> bool:
 
 
 def _attend(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, kind: str, mask: torch.Tensor | None
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scale: float,
+    kind: str,
+    mask: torch.Tensor | None,
+    window: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One dense piece: (out, lse) in fp32 on the backend for ``q`` (``kernels.py``). ``kind`` is "full",
     "causal" (top-left square), "anticausal" (row r sees keys r.. of the piece, which has one key fewer
-    than rows) or "mask"."""
-    return kernels.attend(q, k, v, scale, kind, mask, kernels.backend_for(q, FORCE_PORTABLE))
+    than rows), "mask" or "window" (FlashAttention backends: the last ``window`` keys up to the
+    bottom-right diagonal)."""
+    return kernels.attend(q, k, v, scale, kind, mask, kernels.backend_for(q, FORCE_PORTABLE), window)

@@ -15,8 +15,9 @@ one piece on the best kernel for the tensors at hand. Backends (``LAMPE_EVAL_KER
 - ``portable``: exact fp32 matmuls that materialise the piece's scores (any device, any mask).
 
 ``auto``: ``cpu`` on CPU; on CUDA with fp16/bf16 ``flash_attn`` when installed, else ``torch``; else
-``portable``. Masked edges have no FlashAttention form (an arbitrary row-wise interval): on CUDA they go
-to ``portable`` (they are at most ``engine.SINGLE_MASK_KEYS`` keys wide, or one block's thin edge).
+``portable``. On the FlashAttention backends a masked piece that is a distance band cut by the piece's
+edges runs as a bottom-right window; any other masked edge (an arbitrary row-wise interval) goes to
+``portable`` (at most ``engine.SINGLE_MASK_KEYS`` keys wide, or one block's thin edge).
 The kernel contracts, with their sources, are in ``docs/kernels.md``; ``tests/test_kernels.py`` checks
 every dispatch decision on CPU against emulations of those contracts.
 """
@@ -87,12 +88,14 @@ def attend(
     kind: str,
     mask: torch.Tensor | None,
     backend: str,
+    window: int = 0,
 ) -> Piece:
     """One piece: ``q`` [B, Hq, n, D] over ``k``, ``v`` [B, Hkv, m, D] (Hq a multiple of Hkv). ``kind``:
-    "full", "causal" (a square, n == m), "anticausal" (m == n - 1) or "mask" (``mask`` [n, m]).
+    "full", "causal" (a square, n == m), "anticausal" (m == n - 1), "mask" (``mask`` [n, m]) or, on the
+    FlashAttention backends, "window" (row r sees the ``window`` keys ending at key m - n + r).
     Returns fp32 (out, lse); a row with no key gets out 0 and lse -inf."""
-    if backend in ("flash_attn", "torch") and kind != "mask":
-        return _flash_piece(q, k, v, scale, kind, FLASH_CALLS[backend]())
+    if backend in FLASH_CALLS and kind != "mask":
+        return _flash_piece(q, k, v, scale, kind, FLASH_CALLS[backend](), window)
     if kind == "anticausal":  # reversing rows and keys turns it into a causal square (minus the last row)
         out, lse = attend(q[:, :, :-1].flip(2), k.flip(2), v.flip(2), scale, "causal", None, backend)
         return _empty_last_row(out.flip(2), lse.flip(2))
@@ -106,14 +109,23 @@ def _empty_last_row(out: torch.Tensor, lse: torch.Tensor) -> Piece:
 
 
 def _flash_piece(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, kind: str, call: FlashCall
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scale: float,
+    kind: str,
+    call: FlashCall,
+    width: int = 0,
 ) -> Piece:
     """A piece on a FlashAttention-2 kernel: [B, H, S, D] views transposed to its [B, S, H, D] (no copy:
     only the last dimension must be contiguous), causal squares (bottom-right = top-left when n == m),
-    anticausal pieces as the window (0, unbounded) over all rows but the last."""
+    anticausal pieces as the window (0, unbounded) over all rows but the last, bands as the window
+    (width - 1, 0) aligned bottom-right."""
     window = (-1, -1)
     if kind == "anticausal":
         q, window = q[:, :, :-1], (0, -1)
+    elif kind == "window":
+        window = (width - 1, 0)
     out, lse = call(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), scale, kind == "causal", window)
     out, lse = out.transpose(1, 2).float(), lse.float()
     lse = lse.masked_fill(lse == float("inf"), NEG_INF)  # FA2 reports +inf for a row with no key
