@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 
 from ..errors import LampeEvalError
 
@@ -137,7 +138,7 @@ def _flash_piece(
 def _flash_attn_call() -> FlashCall:
     from flash_attn import flash_attn_func  # the optional ``gpu`` extra
 
-    def call(q, k, v, scale, causal, window):  # type: ignore[no-untyped-def]
+    def call(q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool, window: tuple[int, int]) -> Piece:
         out, lse, _ = flash_attn_func(
             q, k, v, softmax_scale=scale, causal=causal, window_size=window, return_attn_probs=True
         )
@@ -147,7 +148,7 @@ def _flash_attn_call() -> FlashCall:
 
 
 def _torch_flash_call() -> FlashCall:
-    def call(q, k, v, scale, causal, window):  # type: ignore[no-untyped-def]
+    def call(q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool, window: tuple[int, int]) -> Piece:
         out, lse, *_ = torch.ops.aten._flash_attention_forward(
             q,
             k,
