@@ -136,3 +136,23 @@ def test_the_cpu_kernel_is_batch_invariant():
     for b in range(3):
         one = kernels.attend(q[b : b + 1], k[b : b + 1], v[b : b + 1], 0.25, "full", None, "cpu")
         assert torch.equal(out[b : b + 1], one[0]) and torch.equal(lse[b : b + 1], one[1])
+
+
+def test_cli_options_reach_the_workers(tmp_path, capsys, monkeypatch):
+    import lampe_eval.models
+    from lampe_eval.cli import main
+
+    monkeypatch.setattr(lampe_eval.models, "load_model", lambda name, **kw: load_tiny_chars(name))
+    books = tmp_path / "books"
+    books.mkdir()
+    for i in range(2):
+        (books / f"{i}.txt").write_text("".join(chr(97 + (i + j * j) % 26) for j in range(300)))
+    args = ["run", "--bench", "pg19", "--len", "200", "--out", str(tmp_path / "R"), "--no-progress"]
+    args += ["--opt", f"pg19_dir={books}"]
+    with pytest.raises(SystemExit) as info:
+        main([*args, "--batch-size", "0"])
+    assert info.value.code == 2 and "--batch-size must be at least 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as info:
+        main([*args, "--batch-size", "2"])
+    assert info.value.code in (0, None)
+    assert {r["batch_size"] for r in ResultStore(tmp_path / "R").unique_records()} == {2}
