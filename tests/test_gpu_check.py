@@ -42,8 +42,8 @@ def test_cpu_run_checks_a_and_b_and_exits_0(gpu_check, capsys):
 def test_a_wrong_kernel_fails_the_check(gpu_check, capsys, monkeypatch):
     original = kernels.attend
 
-    def off_by_a_little(q, k, v, scale, kind, mask, backend):
-        out, lse = original(q, k, v, scale, kind, mask, backend)
+    def off_by_a_little(q, k, v, scale, kind, mask, backend, window=0):
+        out, lse = original(q, k, v, scale, kind, mask, backend, window)
         return (out * 1.01, lse) if backend == "cpu" else (out, lse)
 
     monkeypatch.setattr(kernels, "attend", off_by_a_little)
