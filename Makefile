@@ -4,7 +4,7 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 TORCH   ?= torch==2.13.0
 
-.PHONY: setup corpus test test-fast lint typecheck demo bench clean
+.PHONY: setup corpus test test-fast lint typecheck demo bench gpu-check clean
 
 setup: $(BIN)/lampe-eval corpus
 
@@ -51,6 +51,13 @@ demo: setup
 bench: setup
 	$(BIN)/python benchmarks/attention_speed.py
 	$(BIN)/python benchmarks/decode_speed.py
+
+# The GPU path in one command: (a) every method's attention vs the portable path and the dense oracle,
+# (b) patched vs unpatched logits, (c) prefill/decode time vs plain FlashAttention at 32K and 128K
+# (8B-shaped layer), (d) peak GPU memory; one table, exit 1 on a correctness failure. Without CUDA it
+# runs (a) and (b) on CPU and says so. `pip install -e ".[gpu]"` adds flash-attn (optional) and accelerate.
+gpu-check: setup
+	$(BIN)/python benchmarks/gpu_check.py
 
 # ------------------------------------------------------------------ reproducing the paper's tables
 # `make table-ppl` etc. run the paper's grid (the packaged experiment <target>; GPU, model weights from the

@@ -152,6 +152,15 @@ def run_command(
         None, "--workers", "-w", help="Worker processes (default: one per visible GPU, else 1)."
     ),
     gpus: str | None = typer.Option(None, "--gpus", help="GPUs to use, one worker each, e.g. 0,1,3."),
+    gpus_per_worker: int = typer.Option(
+        1, "--gpus-per-worker", help="GPUs per worker; >1 spreads each worker's model over them (70B on 4)."
+    ),
+    device_map: str | None = typer.Option(
+        None, "--device-map", help="auto: accelerate spreads the model over the worker's visible GPUs."
+    ),
+    batch_size: int = typer.Option(
+        1, "--batch-size", help="Run up to N samples of a job together when their token counts are equal."
+    ),
     ray: bool = typer.Option(False, "--ray", help="Run the workers as Ray actors (one per GPU)."),
     ray_address: str | None = typer.Option(
         None, "--ray-address", help="Ray cluster to join (auto, ray://host:10001); implies --ray."
@@ -198,6 +207,9 @@ def run_command(
             dtype=dtype,
             workers=workers,
             gpus=tuple(split_list([gpus])) if gpus else None,
+            gpus_per_worker=gpus_per_worker,
+            device_map=device_map,
+            batch_size=batch_size,
             ray=ray,
             ray_address=ray_address,
         )

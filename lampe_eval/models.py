@@ -72,6 +72,16 @@ class LoadedModel:
         return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
+DeviceMap = str | dict[str, Any]  # "auto" (accelerate spreads the layers) or {module name: device}
+
+
+def require_accelerate(what: str) -> None:
+    try:
+        importlib.metadata.version("accelerate")
+    except importlib.metadata.PackageNotFoundError as err:
+        raise MissingDataError(f"{what} needs accelerate: pip install accelerate") from err
+
+
 def cache_dir() -> Path:
     return Path(os.environ.get("LAMPE_EVAL_CACHE", Path.home() / ".cache" / "lampe-eval"))
 
@@ -122,7 +132,17 @@ def _embedded_cache() -> Path:
     return cache_dir() / f"smollm2-135m-instruct-q4_1-{version}-fp32"
 
 
-def _load_embedded(dtype: torch.dtype, device: str) -> tuple[Any, Any]:
+def _placed(device: str, device_map: DeviceMap | None) -> dict[str, Any]:
+    """``from_pretrained`` arguments that place the weights: accelerate's ``device_map`` when given
+    (the model is then left where it put it), else nothing (the caller moves the model to ``device``)."""
+    return {"device_map": device_map} if device_map is not None else {}
+
+
+def _to(model: Any, device: str, device_map: DeviceMap | None) -> Any:
+    return model if device_map is not None else model.to(device)
+
+
+def _load_embedded(dtype: torch.dtype, device: str, device_map: DeviceMap | None = None) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     cached = _embedded_cache()
@@ -139,7 +159,8 @@ def _load_embedded(dtype: torch.dtype, device: str) -> tuple[Any, Any]:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         tmp.replace(cached)  # atomic: a killed first load never leaves a half-written cache
-    model = AutoModelForCausalLM.from_pretrained(cached, dtype=dtype).to(device)
+    model = AutoModelForCausalLM.from_pretrained(cached, dtype=dtype, **_placed(device, device_map))
+    model = _to(model, device, device_map)
     tokenizer = AutoTokenizer.from_pretrained(cached)
     return model, tokenizer
 
@@ -159,12 +180,15 @@ def _load_gguf(path: Path, dtype: torch.dtype, device: str) -> tuple[Any, Any]:
     return model, tokenizer
 
 
-def _load_hf(source: str, dtype: torch.dtype, device: str) -> tuple[Any, Any]:
+def _load_hf(
+    source: str, dtype: torch.dtype, device: str, device_map: DeviceMap | None = None
+) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype).to(device)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **_placed(device, device_map))
+        model = _to(model, device, device_map)
     except OSError as err:
         raise MissingDataError(f"cannot load model {source!r}: {err}".splitlines()[0]) from err
     return model, tokenizer
@@ -217,17 +241,25 @@ def load_model(
     dtype: str | torch.dtype | None = None,
     pretraining_window: int | None = None,
     attn_implementation: str | None = "sdpa",
+    device_map: DeviceMap | None = None,
 ) -> LoadedModel:
-    """Load a model by preset name, HF id, local directory or ``.gguf`` path."""
+    """Load a model by preset name, HF id, local directory or ``.gguf`` path.
+
+    ``device_map`` (``"auto"`` or accelerate's per-module map) spreads the layers over the visible GPUs
+    (a 70B model on 4 GPUs); the patched attention runs each layer on its own device."""
     source, preset = resolve_source(name)
     device = device or default_device()
     torch_dtype = dtype if isinstance(dtype, torch.dtype) else parse_dtype(dtype, device)
+    if device_map is not None:
+        require_accelerate("--device-map")
     if source.startswith("embedded:"):
-        model, tokenizer = _load_embedded(torch_dtype, device)
+        model, tokenizer = _load_embedded(torch_dtype, device, device_map)
     elif source.endswith(".gguf"):
+        if device_map is not None:
+            raise LampeEvalError("--device-map is not supported for .gguf files: convert the model first")
         model, tokenizer = _load_gguf(Path(source), torch_dtype, device)
     else:
-        model, tokenizer = _load_hf(source, torch_dtype, device)
+        model, tokenizer = _load_hf(source, torch_dtype, device, device_map)
     if attn_implementation:
         model.config._attn_implementation = attn_implementation
     model.eval()

@@ -106,9 +106,9 @@ def test_memory_stays_blockwise(monkeypatch):
     seen: list[tuple[int, int, str, int]] = []
     original = engine_module._attend
 
-    def spy(q, k, v, scale, kind, mask):
+    def spy(q, k, v, scale, kind, mask, **kwargs):
         seen.append((q.shape[2], k.shape[2], kind, 0 if mask is None else mask.numel()))
-        return original(q, k, v, scale, kind, mask)
+        return original(q, k, v, scale, kind, mask, **kwargs)
 
     monkeypatch.setattr(engine_module, "_attend", spy)
     block = 128

@@ -12,8 +12,8 @@ length-dependent factor) scales every logit by its square; it is applied to the 
 rotated keys do not depend on it and a KV cache can keep them across decoding steps
 (:func:`attend_rotated`, used by ``methods/patch.py``).
 
-Kernels: on CPU, ``aten._scaled_dot_product_flash_attention_for_cpu`` (returns the LSE, handles GQA
-by head broadcasting). Elsewhere a blockwise matmul path (exact; GQA without repeating keys).
+Kernels (``kernels.py``): FlashAttention-2 on CUDA (the flash-attn wheel or PyTorch's copy), the CPU
+flash kernel on CPU, an exact blockwise matmul path elsewhere or when ``LAMPE_EVAL_KERNEL=portable``.
 """
 
 from __future__ import annotations
@@ -23,15 +23,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
+from . import kernels
 from .regions import Segment
 from .rope import rope_cos_sin, rotate_half
 
 DEFAULT_BLOCK = 1024
 SINGLE_MASK_KEYS = 1024  # a block whose keys span at most this is attended in one masked call
 PORTABLE_MAX_KEYS = 8192  # widest key slice per call on the portable (score-materialising) path
-FORCE_PORTABLE = False  # tests flip this to check the portable path on CPU
+FORCE_PORTABLE = False  # tests flip this to check the portable path on CPU (or LAMPE_EVAL_KERNEL)
 NEG_INF = float("-inf")
 _MAX_CACHED = 64  # cached tables and schedules per plan (stay bounded when a plan serves many steps)
 
@@ -370,15 +370,20 @@ def interval_attention(
         a = a + int(nonempty[0, 0])  # leading rows with no key keep lse -inf
         s, e = starts[a:b], stops[a:b]
         pieces = _plan_pieces(s, e)
-        if not _uses_cpu_kernel(q):  # the portable path materialises scores: bound their width
+        backend = kernels.backend_for(q, FORCE_PORTABLE)
+        if backend == "portable":  # it materialises scores: bound their width
             pieces = _split_wide(pieces, PORTABLE_MAX_KEYS)
         block_out: tuple[torch.Tensor, torch.Tensor] | None = None
         for key_lo, key_hi, kind in pieces:
-            mask = None
+            mask, width = None, 0
+            if kind == "mask" and backend in kernels.FLASH_CALLS:
+                width = _band_width(s, e, key_lo, key_hi)
+                kind = "window" if width else kind
             if kind == "mask":
                 keys = torch.arange(key_lo, key_hi, device=q.device)
                 mask = (keys[None, :] >= s[:, None]) & (keys[None, :] < e[:, None])
-            o, l_ = _attend(q[:, :, a:b], k[:, :, key_lo:key_hi], v[:, :, key_lo:key_hi], scale, kind, mask)
+            piece = (q[:, :, a:b], k[:, :, key_lo:key_hi], v[:, :, key_lo:key_hi])
+            o, l_ = _attend(*piece, scale, kind, mask, window=width)
             if block_out is None:
                 block_out = (o, l_)
             else:
@@ -386,10 +391,6 @@ def interval_attention(
         if block_out is not None:
             out[:, :, a:b], lse[:, :, a:b] = block_out
     return out, lse
-
-
-def _uses_cpu_kernel(q: torch.Tensor) -> bool:
-    return q.device.type == "cpu" and not FORCE_PORTABLE
 
 
 def _split_wide(pieces: list[tuple[int, int, str]], width: int) -> list[tuple[int, int, str]]:
@@ -435,6 +436,16 @@ def _plan_pieces(s: torch.Tensor, e: torch.Tensor) -> list[tuple[int, int, str]]
     return pieces
 
 
+def _band_width(s: torch.Tensor, e: torch.Tensor, key_lo: int, key_hi: int) -> int:
+    """w when row r of the piece ``[key_lo, key_hi)`` sees keys ``[max(key_lo, e[r] - w), e[r])`` with
+    ``e[r] = key_hi - rows + 1 + r``: a distance band cut by the piece's edges, which FlashAttention's
+    bottom-right ``window_size=(w - 1, 0)`` expresses exactly (no mask); 0 when it is not that."""
+    width = int(e[-1]) - int(s[-1])
+    if int(e[-1]) != key_hi or width < 1 or not _unit_slope(e):
+        return 0
+    return width if bool((s == (e - width).clamp(min=key_lo)).all()) else 0
+
+
 def _unit_slope(x: torch.Tensor) -> bool:
     """x[r] = x[0] + r for every row."""
     rows = x.shape[0]
@@ -444,43 +455,16 @@ def _unit_slope(x: torch.Tensor) -> bool:
 
 
 def _attend(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, kind: str, mask: torch.Tensor | None
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scale: float,
+    kind: str,
+    mask: torch.Tensor | None,
+    window: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """One dense piece: (out, lse) in fp32. ``kind`` is "full", "causal" (top-left), "anticausal" (row r
-    sees keys r.. of the piece, which has one key fewer than rows) or "mask"."""
-    if kind == "anticausal":  # reversing rows and keys turns it into a causal square (minus the last row)
-        out, lse = _attend(q[:, :, :-1].flip(2), k.flip(2), v.flip(2), scale, "causal", None)
-        empty_row = (0, 0, 0, 1)  # the last row sees no key of the piece
-        return F.pad(out.flip(2), empty_row), F.pad(lse.flip(2), empty_row[2:], value=NEG_INF)
-    if _uses_cpu_kernel(q):
-        additive = None
-        if mask is not None:
-            additive = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill_(~mask, NEG_INF)
-        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-            q, k, v, 0.0, kind == "causal", attn_mask=additive, scale=scale
-        )
-        if mask is not None:  # the CPU kernel reports lse 0 (not -inf) for rows with no visible key
-            lse = lse.masked_fill(~mask.any(dim=1), NEG_INF)
-        if out.dtype != torch.float32:
-            out, lse = out.float(), lse.float()
-        return out, lse
-    return _attend_math(q, k, v, scale, kind, mask)
-
-
-def _attend_math(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, kind: str, mask: torch.Tensor | None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Portable exact path. GQA: queries are grouped per KV head, keys are broadcast, not copied."""
-    batch, hq, n, dim = q.shape
-    hkv = k.shape[1]
-    group = hq // hkv
-    qg = q.reshape(batch, hkv, group, n, dim).float()
-    scores = torch.matmul(qg, k.float()[:, :, None].transpose(-1, -2)) * scale  # [B, Hkv, G, n, kv]
-    if kind == "causal":
-        mask = torch.ones(n, k.shape[2], dtype=torch.bool, device=q.device).tril()
-    if mask is not None:
-        scores = scores.masked_fill(~mask, NEG_INF)
-    lse = torch.logsumexp(scores, dim=-1)
-    probs = torch.exp(scores - lse[..., None].masked_fill(~torch.isfinite(lse[..., None]), 0.0))
-    out = torch.matmul(probs, v.float()[:, :, None])
-    return out.reshape(batch, hq, n, dim), lse.reshape(batch, hq, n)
+    """One dense piece: (out, lse) in fp32 on the backend for ``q`` (``kernels.py``). ``kind`` is "full",
+    "causal" (top-left square), "anticausal" (row r sees keys r.. of the piece, which has one key fewer
+    than rows), "mask" or "window" (FlashAttention backends: the last ``window`` keys up to the
+    bottom-right diagonal)."""
+    return kernels.attend(q, k, v, scale, kind, mask, kernels.backend_for(q, FORCE_PORTABLE), window)

@@ -14,7 +14,8 @@ It must define ``tasks``, ``samples`` and ``score`` (abstract), and declare:
   ``aggregate`` (task score from sample scores; default: the mean of each metric).
 
 Data flow for one job (model, method, benchmark, task, length):
-``samples(task, ctx)`` -> for each sample ``evaluate(lm, sample, ctx)`` -> ``score(sample, output)``
+``samples(task, ctx)`` -> for each sample ``evaluate(lm, sample, ctx)`` (or, with ``--batch-size``,
+``evaluate_batch`` on samples of one token count) -> ``score(sample, output)``
 -> the runner stores one record per sample -> ``aggregate(task, scores)``. A :class:`Sample` carries
 everything its evaluation needs (the prompt, or the exact token ids), so ``evaluate`` is a function of
 the sample and the job's options, never of state kept from ``samples``.
@@ -150,6 +151,32 @@ class Benchmark(ABC):
         from ..generation import greedy_generate
 
         return greedy_generate(lm, sample.prompt, sample.max_new_tokens, stop=sample.meta.get("stop"))
+
+    def evaluate_batch(
+        self, lm: LoadedModel, samples: list[Sample], ctx: SampleContext
+    ) -> list[dict[str, Any]]:
+        """Several samples of one token count at once (``--batch-size``, no padding); each output must
+        equal ``evaluate`` of that sample alone. Default: batched greedy generation (for the default
+        ``evaluate``)."""
+        if type(self).evaluate is not Benchmark.evaluate:
+            return [self.evaluate(lm, sample, ctx) for sample in samples]
+        from ..generation import greedy_generate_batch
+
+        prompts = [sample.prompt for sample in samples]
+        limits = [sample.max_new_tokens for sample in samples]
+        return greedy_generate_batch(lm, prompts, limits, [sample.meta.get("stop") for sample in samples])
+
+    def batch_length(self, lm: LoadedModel, sample: Sample) -> int | None:
+        """The token count samples are grouped by for ``evaluate_batch``; None: this benchmark evaluates
+        one sample at a time (it has its own ``evaluate`` and no ``evaluate_batch``)."""
+        cls = type(self)
+        if cls.evaluate is not Benchmark.evaluate and cls.evaluate_batch is Benchmark.evaluate_batch:
+            return None
+        if sample.input_ids is not None:
+            return len(sample.input_ids)
+        from ..generation import prompt_token_count
+
+        return prompt_token_count(lm.tokenizer, sample.prompt)
 
     @abstractmethod
     def score(self, sample: Sample, output: dict[str, Any]) -> dict[str, float]:

@@ -249,23 +249,34 @@ def chunked_nll(
     """
     if input_ids.dim() != 2 or input_ids.shape[0] != 1:
         raise ValueError("chunked_nll takes one sequence, shape (1, L)")
+    return chunked_nll_rows(model, input_ids, chunk=chunk, tail_from=tail_from)[0]
+
+
+@torch.no_grad()
+def chunked_nll_rows(
+    model: Any, input_ids: torch.Tensor, *, chunk: int = DEFAULT_CHUNK, tail_from: int | None = None
+) -> list[tuple[float, int, float, int]]:
+    """:func:`chunked_nll` of each row of ``input_ids`` (N, L), with one forward pass for all rows."""
     length = input_ids.shape[1]
     tail_from = length - length // 4 if tail_from is None else tail_from
     decoder = getattr(model, model.base_model_prefix)
     head = model.get_output_embeddings()
-    hidden = decoder(input_ids=input_ids, use_cache=False).last_hidden_state  # (1, L, H)
-    targets = input_ids[0, 1:]
-    total = torch.zeros((), dtype=torch.float64)
-    tail = torch.zeros((), dtype=torch.float64)
-    for start in range(0, length - 1, chunk):
-        stop = min(start + chunk, length - 1)
-        logits = head(hidden[0, start:stop]).float()
-        nll = F.cross_entropy(logits, targets[start:stop], reduction="none").double().cpu()
-        total += nll.sum()
-        positions = torch.arange(start + 1, stop + 1)  # the positions of the predicted tokens
-        tail += nll[positions >= tail_from].sum()
+    hidden = decoder(input_ids=input_ids, use_cache=False).last_hidden_state  # (N, L, H)
     n_tail = max(0, length - max(tail_from, 1))
-    return float(total), length - 1, float(tail), n_tail
+    out = []
+    for row in range(input_ids.shape[0]):
+        targets = input_ids[row, 1:]
+        total = torch.zeros((), dtype=torch.float64)
+        tail = torch.zeros((), dtype=torch.float64)
+        for start in range(0, length - 1, chunk):
+            stop = min(start + chunk, length - 1)
+            logits = head(hidden[row, start:stop]).float()
+            nll = F.cross_entropy(logits, targets[start:stop], reduction="none").double().cpu()
+            total += nll.sum()
+            positions = torch.arange(start + 1, stop + 1)  # the positions of the predicted tokens
+            tail += nll[positions >= tail_from].sum()
+        out.append((float(total), length - 1, float(tail), n_tail))
+    return out
 
 
 def format_ppl(value: float) -> str:
@@ -346,18 +357,26 @@ class PG19(Benchmark):
             )
 
     def evaluate(self, lm: LoadedModel, sample: Sample, ctx: SampleContext) -> dict[str, Any]:
-        if sample.input_ids is None:
-            raise LampeEvalError(f"pg19: sample {sample.sample_id} has no token ids")
-        ids = torch.tensor([sample.input_ids], dtype=torch.long, device=lm.device)
+        return self.evaluate_batch(lm, [sample], ctx)[0]
+
+    def evaluate_batch(
+        self, lm: LoadedModel, samples: list[Sample], ctx: SampleContext
+    ) -> list[dict[str, Any]]:
+        for sample in samples:
+            if sample.input_ids is None:
+                raise LampeEvalError(f"pg19: sample {sample.sample_id} has no token ids")
+        ids = torch.tensor([sample.input_ids for sample in samples], dtype=torch.long, device=lm.device)
         chunk = self.option_values(ctx)["pg19_chunk"]
-        nll, count, nll_tail, count_tail = chunked_nll(lm.model, ids, chunk=chunk)
-        return {
-            "nll_sum": nll,
-            "tokens": count,
-            "nll_sum_last_quarter": nll_tail,
-            "tokens_last_quarter": count_tail,
-            "prompt_tokens": len(sample.input_ids),
-        }
+        return [
+            {
+                "nll_sum": nll,
+                "tokens": count,
+                "nll_sum_last_quarter": nll_tail,
+                "tokens_last_quarter": count_tail,
+                "prompt_tokens": ids.shape[1],
+            }
+            for nll, count, nll_tail, count_tail in chunked_nll_rows(lm.model, ids, chunk=chunk)
+        ]
 
     def score(self, sample: Sample, output: dict[str, Any]) -> dict[str, float]:
         nll = output["nll_sum"] / output["tokens"]

@@ -119,7 +119,9 @@ class PatchHandle:
 
     def remove(self) -> None:
         for layer in self.layers:
-            if "forward" in vars(layer):
+            if hasattr(layer, "_hf_hook"):  # accelerate's wrapper stays; it calls the class's forward again
+                layer._old_forward = types.MethodType(type(layer).forward, layer)
+            elif "forward" in vars(layer):
                 del layer.forward  # back to the class's own forward
         for hook in self.hooks:
             hook.remove()
@@ -194,10 +196,18 @@ def apply_method(model: Any, method: Method, window: int | None = None) -> Patch
     layers = attention_layers(model)
     _check_config(model)
     state = PatchState(method=method, base=rope_base(model, window))
+    forward = _make_forward(state)
     for layer in layers:
-        if "forward" in vars(layer):
+        if _is_patched(layer):
             raise LampeEvalError("this model is already patched: remove the previous method first")
-        layer.forward = types.MethodType(_make_forward(state), layer)
+    for layer in layers:
+        bound = types.MethodType(forward, layer)
+        if hasattr(layer, "_hf_hook"):
+            # accelerate (device_map) wrapped ``forward`` to move inputs and weights to the layer's device
+            # before calling ``_old_forward``: replace what it calls, so its hook keeps running
+            layer._old_forward = bound
+        else:
+            layer.forward = bound
     base_model = getattr(model, "model", model)
     hooks = [base_model.register_forward_pre_hook(_reject_padding, with_kwargs=True)]
     setattr(model, _STATE_ATTR, state)
@@ -217,6 +227,13 @@ def generation_budget(model: Any, total_length: int) -> Iterator[None]:
         yield
     finally:
         state.total_length = None
+
+
+def _is_patched(layer: torch.nn.Module) -> bool:
+    """A forward replaced on the instance (under accelerate's hook: the one the hook calls, if ours)."""
+    if hasattr(layer, "_hf_hook"):
+        return getattr(layer._old_forward, "lampe_eval_patch", False)
+    return "forward" in vars(layer)
 
 
 def _make_forward(state: PatchState):
@@ -250,6 +267,7 @@ def _make_forward(state: PatchState):
         out = out.transpose(1, 2).reshape(batch, n, -1)
         return self.o_proj(out), None
 
+    forward.lampe_eval_patch = True  # type: ignore[attr-defined]
     return forward
 
 

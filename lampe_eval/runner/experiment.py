@@ -69,10 +69,27 @@ class RunSettings:
     dtype: str | None = None
     workers: int | None = None
     gpus: tuple[str, ...] | None = None
+    gpus_per_worker: int = 1  # >1: each worker spreads its model over that many GPUs (device_map auto)
+    device_map: str | None = None  # "auto": accelerate places the model over the worker's visible GPUs
+    batch_size: int = 1  # samples of one job with equal token counts run together (same results)
     ray: bool = False
     ray_address: str | None = None
     ray_init: Mapping[str, Any] | None = field(default=None, hash=False, compare=False)
     load: Callable[[str], Any] | None = field(default=None, hash=False, compare=False)
+
+
+def check_settings(settings: RunSettings) -> None:
+    """One-line errors for run settings, before any model loads."""
+    for name, value in (
+        ("--gpus-per-worker", settings.gpus_per_worker),
+        ("--batch-size", settings.batch_size),
+    ):
+        if value < 1:
+            raise LampeEvalError(f"{name} must be at least 1, got {value}")
+    if settings.device_map not in (None, "auto"):
+        raise LampeEvalError(f"--device-map {settings.device_map!r}: only 'auto' (accelerate) is supported")
+    if settings.device_map and settings.device not in (None, "cuda"):
+        raise LampeEvalError(f"--device-map auto places the model on GPUs: drop --device {settings.device}")
 
 
 @dataclass
@@ -175,6 +192,7 @@ class ExperimentSpec:
         from ..benchmarks.base import options_by_benchmark
 
         settings = settings or RunSettings()
+        check_settings(settings)
         import_plugins(self.imports)
         data_dir = os.path.abspath(os.path.expanduser(self.data_dir)) if self.data_dir else None
         if not self.grids:

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..errors import LampeEvalError
 from .claims import Claims
-from .experiment import Experiment, RunSettings, prepare_output
+from .experiment import Experiment, RunSettings, check_settings, prepare_output
 from .jobs import Job, WorkUnit, make_units
 from .pool import Handle, InlineHandle, ProcessHandle, drive
 from .store import ResultStore
@@ -114,15 +114,42 @@ class StoreGate:
         self.claims.release(job.key())
 
 
+def gpu_groups(gpus: list[str], per_worker: int, workers: int | None) -> list[list[str]]:
+    """The GPUs of each worker: consecutive groups of ``per_worker`` (e.g. 8 GPUs, 4 each: 2 workers)."""
+    if len(gpus) < per_worker or len(gpus) % per_worker:
+        raise LampeEvalError(
+            f"--gpus-per-worker {per_worker} with {len(gpus)} GPU(s) ({','.join(gpus) or 'none visible'}): "
+            f"give --gpus a multiple of {per_worker}"
+        )
+    groups = [gpus[i : i + per_worker] for i in range(0, len(gpus), per_worker)]
+    if workers and workers != len(groups):
+        raise LampeEvalError(f"--workers {workers} with {len(groups)} group(s) of {per_worker} GPUs")
+    return groups
+
+
 def make_handles(config: WorkerConfig, store: ResultStore, settings: RunSettings) -> list[Handle]:
-    """The workers: Ray actors, one process per GPU, N CPU processes, or one inline worker."""
+    """The workers: Ray actors, one process per GPU (or per group of ``gpus_per_worker`` GPUs), N CPU
+    processes, or one inline worker."""
+    check_settings(settings)
+    per_worker = settings.gpus_per_worker
+    config = dataclasses.replace(
+        config,
+        batch_size=settings.batch_size,
+        device_map=settings.device_map or ("auto" if per_worker > 1 else None),
+    )
     if settings.ray or settings.ray_address:
         from .ray_backend import ray_handles
 
         init = dict(settings.ray_init or {})
+        gpus_each = per_worker if per_worker > 1 else None
         return list(
             ray_handles(
-                config, store, address=settings.ray_address, workers=settings.workers, init_kwargs=init
+                config,
+                store,
+                address=settings.ray_address,
+                workers=settings.workers,
+                gpus_per_worker=gpus_each,
+                init_kwargs=init,
             )
         )
     device, workers = config.device, settings.workers
@@ -131,6 +158,19 @@ def make_handles(config: WorkerConfig, store: ResultStore, settings: RunSettings
         return [InlineHandle(config, store)]  # a custom loader (tests, notebooks) runs here unless asked
     if gpus is None:
         gpus = visible_gpus() if device in (None, "cuda") else []
+    if per_worker > 1:  # each worker process sees its group of GPUs and spreads the model over them
+        lock = threading.Lock()
+        gpu_config = dataclasses.replace(config, device="cuda")
+        return [
+            ProcessHandle(
+                gpu_config,
+                str(store.directory),
+                f"gpu-{'-'.join(group)}",
+                {"CUDA_VISIBLE_DEVICES": ",".join(group)},
+                lock,
+            )
+            for group in gpu_groups(gpus, per_worker, workers)
+        ]
     if len(gpus) > 1:
         if workers and workers != len(gpus):
             raise LampeEvalError(f"--workers {workers} with {len(gpus)} GPUs: one worker per GPU")

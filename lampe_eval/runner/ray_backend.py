@@ -1,7 +1,8 @@
 """Run the same workers on a Ray cluster (optional: ``pip install 'lampe-eval[ray]'``).
 
-One actor per GPU (``num_gpus=1``: Ray sets its ``CUDA_VISIBLE_DEVICES``), each loading a model
-once and taking units from the driver's shared queue like a local worker. An actor streams its
+One actor per GPU (``num_gpus=1``: Ray sets its ``CUDA_VISIBLE_DEVICES``), or per N GPUs
+with ``--gpus-per-worker N`` (the actor spreads its model over them, ``device_map="auto"``), each loading
+a model once and taking units from the driver's shared queue like a local worker. An actor streams its
 events back (a Ray streaming generator); the driver appends the records to its store, so the
 results directory only has to exist on the driver's machine. Every node needs this package (and
 the model files or hub access) installed; pass ``--ray-address auto`` (or ``ray://host:10001``)

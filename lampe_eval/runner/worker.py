@@ -81,6 +81,8 @@ class WorkerConfig:
 
     device: str | None = None
     dtype: str | None = None
+    device_map: str | None = None  # "auto": the model spread over the worker's GPUs (accelerate)
+    batch_size: int = 1  # samples of one job with equal token counts evaluated together
     load: Callable[[str], LoadedModel] | None = None
     imports: tuple[str, ...] = ()  # modules to import first (they may register benchmarks/methods)
     revision: str | None = None  # git revision to record (the driver's); computed when None
@@ -107,7 +109,12 @@ class Worker:
             else:
                 from ..models import load_model
 
-                self.lm = load_model(model, device=self.config.device, dtype=self.config.dtype)
+                self.lm = load_model(
+                    model,
+                    device=self.config.device,
+                    dtype=self.config.dtype,
+                    device_map=self.config.device_map,
+                )
             self.model_name = model
         return self.lm
 
@@ -147,8 +154,7 @@ class Worker:
         bench = get_benchmark(job.benchmark)
         bench.check_task(job.task)
         method = create_method(job.method, lm.pretraining_window, job.length, **job.method_params)
-        params = method.params()
-        label = method.label()
+        labels = {"method_params": method.params(), "method_label": method.label()}
         ctx = SampleContext(
             lm=lm,
             length=job.length,
@@ -169,6 +175,9 @@ class Worker:
         if warning:
             yield {"event": "warn", "unit": uid, "message": f"{unit.describe()}: {warning}"}
         tokenizer = tokenizer_fingerprint(lm.tokenizer)
+        # (token count, generation budget) -> samples waiting for a batch; the budget too, since a method
+        # may decide on prompt + budget (LaMPE's identity_within_window): a batch must not change it
+        pending: dict[tuple[int, int], list[tuple[int, Any, str]]] = {}
         with apply_method(lm.model, method, window=lm.pretraining_window):
             for index, sample in enumerate(bench.samples(job.task, ctx)):
                 if not unit.takes(index):
@@ -177,42 +186,72 @@ class Worker:
                 if unit.finished(str(sample.sample_id), fingerprint):
                     yield {"event": "skip", "unit": uid, "key": job.sample_key(sample.sample_id)}
                     continue
-                start = time.perf_counter()
-                output = bench.evaluate(lm, sample, ctx)
-                scores = bench.score(sample, output)
-                seconds = time.perf_counter() - start
-                prompt_tokens = output.get("prompt_tokens", sample.meta.get("prompt_tokens"))
-                record = {
-                    "key": job.sample_key(sample.sample_id),
-                    "job_key": job.key(),
-                    "sample_id": sample.sample_id,
-                    "index": index,
-                    "model": job.model,
-                    "method": job.method,
-                    "method_params": params,
-                    "method_label": label,
-                    "variant_params": job.overrides,
-                    "benchmark": job.benchmark,
-                    "task": job.task,
-                    "length": job.length,
-                    "seed": job.seed,
-                    "limit": job.limit,
-                    "options": job.options,
-                    "data_dir": job.data_dir,
-                    "sample_fingerprint": fingerprint,
-                    "prompt_tokens": prompt_tokens,
-                    "references": sample.references,
-                    "output": output,
-                    "scores": scores,
-                    "seconds": seconds,
-                    "time": time.time(),
-                    "git": self.revision,
-                    "versions": self.versions,
-                    "worker": self.name,
-                    "device": str(lm.device),
-                    "meta": {k: v for k, v in sample.meta.items() if k != "stop"},
-                }
-                yield {"event": "record", "unit": uid, "record": record}
+                size = bench.batch_length(lm, sample) if self.config.batch_size > 1 else None
+                if size is None:
+                    yield from self._evaluate(
+                        bench, lm, ctx, uid, job, labels, [(index, sample, fingerprint)]
+                    )
+                    continue
+                key = (size, sample.max_new_tokens)
+                group = pending.setdefault(key, [])
+                group.append((index, sample, fingerprint))
+                if len(group) == self.config.batch_size:
+                    yield from self._evaluate(bench, lm, ctx, uid, job, labels, pending.pop(key))
+            for group in pending.values():  # what is left: batches smaller than the batch size
+                yield from self._evaluate(bench, lm, ctx, uid, job, labels, group)
+
+    def _evaluate(
+        self,
+        bench: Any,
+        lm: LoadedModel,
+        ctx: Any,
+        uid: str,
+        job: Any,
+        labels: dict[str, Any],
+        group: list[tuple[int, Any, str]],
+    ) -> Iterator[Event]:
+        """Evaluate samples of one token count together (one alone: ``evaluate``) and yield their records;
+        each sample's ``seconds`` is its share of the batch's time."""
+        start = time.perf_counter()
+        if len(group) == 1:
+            outputs = [bench.evaluate(lm, group[0][1], ctx)]
+        else:
+            outputs = bench.evaluate_batch(lm, [sample for _, sample, _ in group], ctx)
+        seconds = (time.perf_counter() - start) / len(group)
+        for (index, sample, fingerprint), output in zip(group, outputs, strict=True):
+            scores = bench.score(sample, output)
+            prompt_tokens = output.get("prompt_tokens", sample.meta.get("prompt_tokens"))
+            record = {
+                "key": job.sample_key(sample.sample_id),
+                "job_key": job.key(),
+                "sample_id": sample.sample_id,
+                "index": index,
+                "model": job.model,
+                "method": job.method,
+                **labels,
+                "variant_params": job.overrides,
+                "benchmark": job.benchmark,
+                "task": job.task,
+                "length": job.length,
+                "seed": job.seed,
+                "limit": job.limit,
+                "options": job.options,
+                "data_dir": job.data_dir,
+                "sample_fingerprint": fingerprint,
+                "prompt_tokens": prompt_tokens,
+                "references": sample.references,
+                "output": output,
+                "scores": scores,
+                "seconds": seconds,
+                "batch_size": len(group),
+                "time": time.time(),
+                "git": self.revision,
+                "versions": self.versions,
+                "worker": self.name,
+                "device": str(lm.device),
+                "meta": {k: v for k, v in sample.meta.items() if k != "stop"},
+            }
+            yield {"event": "record", "unit": uid, "record": record}
 
 
 def window_warning(lm: Any, method: Any, length: int) -> str | None:

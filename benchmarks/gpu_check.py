@@ -1,0 +1,287 @@
+"""One-command check of the GPU path (``make gpu-check``): correctness first, then speed and memory.
+
+(a) every method's attention on random inputs (4K on CUDA, bf16): the engine on its kernel backend
+    (``lampe_eval/attention/kernels.py``) against the portable fp32 path and against the dense oracle
+    (rows at the start, middle and end of the sequence);
+(b) a Llama-shaped random model, patched with every method whose mapping is the identity at this
+    length, against the unpatched model (equal within bf16 rounding);
+(c) prefill and one decode step of every method against plain FlashAttention (the same kernel, one
+    causal call) at 32K and 128K with an 8B-shaped layer (32 query / 8 KV heads, head_dim 128);
+(d) peak GPU memory of each prefill above its inputs.
+
+It prints one table and exits 1 when (a) or (b) fails. Without CUDA it says so, runs (a) and (b) on
+CPU (smaller shapes, fp32) and exits 0 when they pass.
+
+    python benchmarks/gpu_check.py [--lengths 32k,128k] [--check-length 4096] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from lampe_eval.attention import engine, kernels, segmented_attention
+from lampe_eval.attention.engine import attend_rotated
+from lampe_eval.attention.reference import oracle_attention
+from lampe_eval.attention.rope import apply_rope
+from lampe_eval.lengths import parse_length
+from lampe_eval.methods import METHODS, RopeBase, apply_method, create_method
+from lampe_eval.models import tiny_llama
+
+# the official 8B shape (Llama-3-8B): 32 query heads, 8 KV heads, head_dim 128, 8K window
+HQ, HKV, DIM, WINDOW = 32, 8, 128, 8192
+ORACLE_ROWS = 32  # oracle rows per probe (start, middle, end): the oracle costs O(rows * L * D)
+# (b): methods configured so that their mapping is the identity inside the window
+IDENTITY_CONFIGS: list[tuple[str, dict]] = [
+    ("lampe", {"mscale": 1.0}),
+    ("selfextend", {"window": 10**6, "group_size": 4}),
+    ("dca", {"chunk_size": 10**6 - 1, "local_window": 10**6 - 1, "max_position": 2 * 10**6}),
+    ("rerope", {"window": 10**6, "logn": False}),
+    ("string", {"shift": 10**6, "mscale": 1.0}),
+    ("linear", {"factor": 1.0}),
+]
+
+
+@dataclass
+class Row:
+    method: str
+    cells: dict[str, str] = field(default_factory=dict)
+    failed: list[str] = field(default_factory=list)
+
+
+def rope_base(window: int, heads: int, kv_heads: int, dim: int, device: str) -> RopeBase:
+    from transformers import LlamaConfig
+
+    config = LlamaConfig(
+        hidden_size=heads * dim,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=dim,
+        max_position_embeddings=window,
+        rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+    )
+    inv_freq = 1.0 / (500000.0 ** (torch.arange(0, dim, 2, device=device).float() / dim))
+    return RopeBase(inv_freq=inv_freq, attention_scaling=1.0, window=window, head_dim=dim, config=config)
+
+
+def position_methods() -> list[str]:
+    return [name for name in METHODS.names() if METHODS.get(name).kind != "baseline"]
+
+
+def method_for(name: str, window: int, length: int):
+    extra = {"identity_within_window": False} if name == "lampe" else {}
+    return create_method(name, window, length, **extra)
+
+
+def inputs(length: int, heads: int, kv_heads: int, dim: int, device: str, dtype: torch.dtype):
+    generator = torch.Generator(device="cpu").manual_seed(0)
+    shapes = [(1, heads, length, dim), (1, kv_heads, length, dim), (1, kv_heads, length, dim)]
+    return [torch.randn(s, generator=generator).to(device=device, dtype=dtype) for s in shapes]
+
+
+# ------------------------------------------------------------------------------------------------ (a)
+def check_attention(
+    rows: dict[str, Row],
+    length: int,
+    device: str,
+    dtype: torch.dtype,
+    tol: float,
+    oracle_rows: int = ORACLE_ROWS,
+) -> None:
+    heads, kv_heads, dim = (HQ, HKV, DIM) if device == "cuda" else (4, 2, 64)
+    window = length // 2  # 2x extrapolation: every segment of every method is non-empty
+    base = rope_base(window, heads, kv_heads, dim, device)
+    q, k, v = inputs(length, heads, kv_heads, dim, device, dtype)
+    scale = dim**-0.5
+    probes = [0, length // 2, length - oracle_rows]
+    for name in position_methods():
+        row = rows.setdefault(name, Row(name))
+        plan = method_for(name, window, length).plan(base, length, length)
+        fast = segmented_attention(q, k, v, plan, 0, scale).float()
+        engine.FORCE_PORTABLE = True
+        try:
+            portable = segmented_attention(q, k, v, plan, 0, scale).float()
+        finally:
+            engine.FORCE_PORTABLE = False
+        cpu_plan = method_for(name, window, length).plan(
+            rope_base(window, heads, kv_heads, dim, "cpu"), length, length
+        )
+        oracle_err = 0.0
+        for start in probes:
+            sl = slice(start, start + oracle_rows)
+            ref = oracle_attention(
+                q[:, :, sl].float().cpu(), k.float().cpu(), v.float().cpu(), cpu_plan, start, scale
+            )
+            oracle_err = max(oracle_err, (fast[:, :, sl].cpu() - ref).abs().max().item())
+        portable_err = (fast - portable).abs().max().item()
+        row.cells["(a) vs portable"] = f"{portable_err:.1e}"
+        row.cells["(a) vs oracle"] = f"{oracle_err:.1e}"
+        for what, err in (("vs portable", portable_err), ("vs oracle", oracle_err)):
+            if not err <= tol:
+                row.failed.append(f"(a) attention {what}: max error {err:.2e} > {tol:.0e}")
+
+
+# ------------------------------------------------------------------------------------------------ (b)
+@torch.no_grad()
+def check_model(rows: dict[str, Row], length: int, device: str, dtype: torch.dtype, rel_tol: float) -> None:
+    if device == "cuda":  # Llama-8B's attention and MLP shapes, two layers
+        model = tiny_llama(layers=2, heads=HQ, kv_heads=HKV, head_dim=DIM, window=length, vocab=1024)
+    else:
+        model = tiny_llama(layers=2, heads=4, kv_heads=2, head_dim=32, window=length, vocab=256)
+    model = model.to(device=device, dtype=dtype)
+    ids = torch.randint(0, model.config.vocab_size, (1, length), generator=torch.Generator().manual_seed(1))
+    ids = ids.to(device)
+    reference = model(ids).logits.float()
+    for name, params in IDENTITY_CONFIGS:
+        row = rows.setdefault(name, Row(name))
+        with apply_method(model, create_method(name, length, length, **params)):
+            patched = model(ids).logits.float()
+        err = ((patched - reference).abs().max() / reference.abs().max()).item()
+        row.cells["(b) logits"] = f"{err:.1e}"
+        if not err <= rel_tol:
+            row.failed.append(f"(b) patched logits vs unpatched: relative error {err:.2e} > {rel_tol:.0e}")
+
+
+# ------------------------------------------------------------------------------------------ (c), (d)
+def best_time(fn: Callable[[], object], repeats: int, device: str) -> float:
+    def sync() -> None:
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    fn()  # warm-up (and plan caches)
+    sync()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def plain_flash(q, k, v, scale: float, causal: bool):
+    """One FlashAttention call over the whole sequence (the unpatched model's attention)."""
+    backend = kernels.backend_for(q)
+    if backend not in kernels.FLASH_CALLS:
+        raise RuntimeError(f"no FlashAttention backend for {q.dtype} on {q.device} (got {backend})")
+    call = kernels.FLASH_CALLS[backend]()
+    return call(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), scale, causal, (-1, -1))
+
+
+@dataclass(frozen=True)
+class Shape:
+    heads: int = HQ
+    kv_heads: int = HKV
+    dim: int = DIM
+    window: int = WINDOW
+
+
+def measure_speed(
+    rows: dict[str, Row], length: int, repeats: int, device: str = "cuda", shape: Shape = Shape()
+) -> None:
+    """(c) and (d) at one length (``device``/``shape``: the tests run this on CPU, tiny, through the
+    emulated FlashAttention contract)."""
+    label = f"{length // 1024}K" if length >= 1024 else str(length)
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    base = rope_base(shape.window, shape.heads, shape.kv_heads, shape.dim, device)
+    q, k, v = inputs(length, shape.heads, shape.kv_heads, shape.dim, device, dtype)
+    scale = shape.dim**-0.5
+    pos = torch.arange(length, device=device)
+    prefill, decode, peak = (
+        f"prefill {label} ms (x flash)",
+        f"decode {label} ms (x flash)",
+        f"(d) peak {label} MiB",
+    )
+
+    def flash_prefill() -> object:
+        return plain_flash(
+            apply_rope(q, pos, base.inv_freq), apply_rope(k, pos, base.inv_freq), v, scale, True
+        )
+
+    k_rot = apply_rope(k, pos, base.inv_freq)
+    q_last = apply_rope(q[:, :, -1:], pos[-1:], base.inv_freq)
+    flash_prefill_s = best_time(flash_prefill, repeats, device)
+    flash_decode_s = best_time(lambda: plain_flash(q_last, k_rot, v, scale, False), repeats, device)
+    flash = rows.setdefault("flash (plain)", Row("flash (plain)"))
+    flash.cells[prefill] = f"{flash_prefill_s * 1e3:.1f} (1.00x)"
+    flash.cells[decode] = f"{flash_decode_s * 1e3:.2f} (1.00x)"
+    for name in position_methods():
+        row = rows.setdefault(name, Row(name))
+        plan = method_for(name, shape.window, length).plan(base, length, length)
+        if device == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            before = torch.cuda.memory_allocated()
+        prefill_s = best_time(lambda plan=plan: segmented_attention(q, k, v, plan, 0, scale), repeats, device)
+        if device == "cuda":
+            row.cells[peak] = f"{(torch.cuda.max_memory_allocated() - before) / 2**20:.0f}"
+        plan = method_for(name, shape.window, length).plan(base, length - 1, length)  # prompt + one token
+        copies = [(c, 0) for c in plan.rotate_keys(k, 0)]  # the rotated key cache a generation keeps
+        decode_s = best_time(
+            lambda plan=plan, copies=copies: attend_rotated(q[:, :, -1:], copies, v, plan, length - 1, scale),
+            repeats,
+            device,
+        )
+        row.cells[prefill] = f"{prefill_s * 1e3:.1f} ({prefill_s / flash_prefill_s:.2f}x)"
+        row.cells[decode] = f"{decode_s * 1e3:.2f} ({decode_s / flash_decode_s:.2f}x)"
+
+
+# -------------------------------------------------------------------------------------------- report
+def print_table(rows: dict[str, Row]) -> None:
+    columns: list[str] = []
+    for row in rows.values():
+        columns += [c for c in row.cells if c not in columns]
+    header = ["method", *columns, "result"]
+    lines = [header]
+    for row in rows.values():
+        result = "FAIL" if row.failed else "ok"
+        lines.append([row.method, *(row.cells.get(c, "-") for c in columns), result])
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    for index, line in enumerate(lines):
+        print("| " + " | ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)) + " |")
+        if index == 0:
+            print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lengths", default="32k,128k", help="(c) lengths (CUDA only)")
+    parser.add_argument(
+        "--check-length", type=int, default=None, help="(a) length (4096 on CUDA, 512 on CPU)"
+    )
+    parser.add_argument(
+        "--model-length", type=int, default=None, help="(b) length (2048 on CUDA, 256 on CPU)"
+    )
+    parser.add_argument("--oracle-rows", type=int, default=ORACLE_ROWS, help="(a) oracle rows per probe")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+    cuda = torch.cuda.is_available()
+    device = "cuda" if cuda else "cpu"
+    dtype = torch.bfloat16 if cuda else torch.float32
+    where = torch.cuda.get_device_name() if cuda else "CPU (no CUDA device: parts (c) and (d) skipped)"
+    print(f"device: {where}")
+    backend = kernels.describe(device, dtype)
+    print(f"kernel backend for the pieces: {backend} ({kernels.ENV}={kernels.setting()})")
+    rows: dict[str, Row] = {}
+    length = args.check_length or (4096 if cuda else 512)
+    check_attention(rows, length, device, dtype, 3e-2 if cuda else 1e-4, args.oracle_rows)
+    check_model(rows, args.model_length or (2048 if cuda else 256), device, dtype, 3e-2 if cuda else 1e-4)
+    if cuda:
+        for length in (parse_length(x) for x in args.lengths.split(",")):
+            measure_speed(rows, length, args.repeats)
+    print_table(rows)
+    failures = [f"{row.method}: {failure}" for row in rows.values() for failure in row.failed]
+    for failure in failures:
+        print("FAILED", failure, file=sys.stderr)
+    if not cuda:
+        print("no CUDA device: (a) and (b) ran on CPU; (c) speed and (d) memory need a GPU")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""``benchmarks/gpu_check.py`` (``make gpu-check``) on a machine without CUDA: (a) and (b) on CPU, exit 0;
+a wrong attention kernel makes it exit 1; part (c) runs through the emulated FlashAttention contract."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from lampe_eval.attention import kernels
+from lampe_eval.methods import METHODS
+
+from .kernel_contracts import FlashAttnEmulator
+from .test_kernels import fake_flash_attn
+
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only behaviour")
+
+
+@pytest.fixture(scope="module")
+def gpu_check():
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_check.py"
+    spec = importlib.util.spec_from_file_location("gpu_check", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_check"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+SMALL = ["--check-length", "64", "--model-length", "32", "--oracle-rows", "4"]
+
+
+def test_cpu_run_checks_a_and_b_and_exits_0(gpu_check, capsys):
+    assert gpu_check.main(SMALL) == 0
+    out = capsys.readouterr().out
+    assert "no CUDA device" in out and "(a) vs oracle" in out and "(b) logits" in out
+    table = [line for line in out.splitlines() if line.startswith("| ")][1:]
+    assert {line.split("|")[1].strip() for line in table} == {m for m in METHODS.names() if m != "rope"}
+    assert all(line.rstrip(" |").endswith("ok") for line in table)
+
+
+def test_a_wrong_kernel_fails_the_check(gpu_check, capsys, monkeypatch):
+    original = kernels.attend
+
+    def off_by_a_little(q, k, v, scale, kind, mask, backend, window=0):
+        out, lse = original(q, k, v, scale, kind, mask, backend, window)
+        return (out * 1.01, lse) if backend == "cpu" else (out, lse)
+
+    monkeypatch.setattr(kernels, "attend", off_by_a_little)
+    monkeypatch.setattr(gpu_check, "position_methods", lambda: ["lampe"])
+    monkeypatch.setattr(gpu_check, "IDENTITY_CONFIGS", gpu_check.IDENTITY_CONFIGS[:1])
+    assert gpu_check.main(SMALL) == 1
+    captured = capsys.readouterr()
+    assert "FAIL" in captured.out and "(a) attention vs portable" in captured.err
+
+
+def test_speed_part_runs_through_the_emulated_flash_kernel(gpu_check, monkeypatch):
+    monkeypatch.setenv(kernels.ENV, "flash_attn")
+    emulator = FlashAttnEmulator(half_only=False)
+    monkeypatch.setitem(sys.modules, "flash_attn", fake_flash_attn(emulator))
+    rows = {}
+    gpu_check.measure_speed(rows, 128, 1, device="cpu", shape=gpu_check.Shape(4, 2, 16, 64))
+    assert rows["flash (plain)"].cells["prefill 128 ms (x flash)"].endswith("(1.00x)")
+    for name in METHODS.names():
+        if name != "rope":
+            assert set(rows[name].cells) == {"prefill 128 ms (x flash)", "decode 128 ms (x flash)"}, name
+    assert any(call["causal"] and call["sq"] == 128 for call in emulator.calls)  # the plain causal call

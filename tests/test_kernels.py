@@ -1,0 +1,194 @@
+"""The CUDA kernel dispatch, checked on CPU against emulations of the kernels' contracts.
+
+``tests/kernel_contracts.py`` emulates flash-attn's ``flash_attn_func`` and PyTorch's
+``aten._flash_attention_forward`` (both FlashAttention-2); the first tests check the emulation against
+the contract's documented examples (``docs/kernels.md``), the others run the engine through it.
+"""
+
+import importlib.machinery
+import random
+import sys
+import types
+import zlib
+
+import pytest
+import torch
+
+from lampe_eval.attention import engine, kernels, segmented_attention
+from lampe_eval.attention.reference import oracle_attention
+from lampe_eval.errors import LampeEvalError
+from lampe_eval.methods import create_method
+
+from .kernel_contracts import ContractError, FlashAttnEmulator, TorchFlashEmulator, fa2_forward, fa2_visible
+from .test_methods_exact import POSITION_METHODS, WINDOW, base, random_params
+
+D = 16
+
+
+# ------------------------------------------------------------------ the emulation against the contract
+def test_emulated_mask_reproduces_the_documented_causal_examples():
+    # flash_attn_interface.py (v2.8.3), flash_attn_func docstring: seqlen_q = 2, seqlen_k = 5 and 5, 2
+    assert fa2_visible(2, 5, True, (-1, -1)).int().tolist() == [[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]]
+    expected = [[0, 0], [0, 0], [0, 0], [1, 0], [1, 1]]
+    assert fa2_visible(5, 2, True, (-1, -1)).int().tolist() == expected
+    # a square causal mask is the usual lower triangle; one query sees every key (causal dropped)
+    assert torch.equal(fa2_visible(4, 4, True, (-1, -1)), torch.ones(4, 4, dtype=torch.bool).tril())
+    assert fa2_visible(1, 6, True, (-1, -1)).all()
+
+
+def test_emulated_window_follows_flash_api_where_the_docstring_is_silent():
+    # 7 queries, 2 keys, window (0, -1): right becomes seqlen_k = 2, so query 0 sees keys <= 0 - 5 + 2
+    assert not fa2_visible(7, 2, False, (0, -1))[:3].any()
+    assert fa2_visible(7, 2, False, (0, -1))[5:].any()
+
+
+@pytest.mark.parametrize(("sq", "sk"), [(5, 5), (3, 8), (1, 4), (4, 3)])
+@pytest.mark.parametrize("window", [(0, -1), (2, 0), (1, 1), (-1, 2), (0, 0), (9, -1)])
+def test_emulated_window_is_the_documented_interval(sq, sk, window):
+    """Flash-attn's docstring: "Query at position i will only attend to keys between
+    [i + seqlen_k - seqlen_q - window_size[0], i + seqlen_k - seqlen_q + window_size[1]] inclusive"
+    (-1: unbounded on that side). flash_api.cpp replaces a -1 opposite a bounded side by seqlen_k, which
+    is unbounded in effect only when seqlen_q <= seqlen_k + 1 (true here, and for the engine's squares)."""
+    left, right = window
+    keep = fa2_visible(sq, sk, False, window)
+    for i in range(sq):
+        lo = -(10**9) if left < 0 else i + sk - sq - left
+        hi = 10**9 if right < 0 else i + sk - sq + right
+        assert keep[i].tolist() == [lo <= j <= hi for j in range(sk)], (i, window)
+
+
+def test_emulated_outputs_lse_units_gqa_and_empty_rows():
+    q = torch.randn(2, 5, 6, D)  # [B, Sq, H, D]
+    k, v = torch.randn(2, 2, 3, D), torch.randn(2, 2, 3, D)  # 3 KV heads: query heads 0-1 read KV head 0
+    out, lse = fa2_forward(q, k, v, 0.3, True, (-1, -1), half_only=False)
+    assert out.shape == q.shape and lse.shape == (2, 6, 5) and lse.dtype == torch.float32
+    # rows 0-2 see no key (bottom-right alignment of 5 queries on 2 keys): out 0, lse +inf
+    assert (out[:, :3] == 0).all() and torch.isinf(lse[..., :3]).all() and (lse[..., :3] > 0).all()
+    for h in range(6):
+        g = h // 2
+        scores = torch.einsum("bd,bkd->bk", q[:, 4, h], k[:, :, g]) * 0.3  # the last row sees both keys
+        assert torch.allclose(lse[:, h, 4], torch.logsumexp(scores, dim=-1), atol=1e-5)  # natural log
+        ref = torch.einsum("bk,bkd->bd", torch.softmax(scores, dim=-1), v[:, :, g])
+        assert torch.allclose(out[:, 4, h], ref, atol=1e-5)
+
+
+def test_emulation_agrees_with_pytorch_on_a_square_causal_piece():
+    q, k, v = torch.randn(1, 7, 4, D), torch.randn(1, 7, 2, D), torch.randn(1, 7, 2, D)
+    out, lse = fa2_forward(q, k, v, 0.25, True, (-1, -1), half_only=False)
+    ref, ref_lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        q.transpose(1, 2),
+        k.transpose(1, 2).repeat_interleave(2, 1),
+        v.transpose(1, 2).repeat_interleave(2, 1),
+        0.0,
+        True,
+        scale=0.25,
+    )[:2]
+    assert torch.allclose(out, ref.transpose(1, 2), atol=1e-5) and torch.allclose(lse, ref_lse, atol=1e-5)
+
+
+def test_emulation_refuses_what_the_kernel_refuses():
+    q, k = torch.randn(1, 4, 4, D), torch.randn(1, 4, 3, D)
+    with pytest.raises(ContractError, match="divide"):
+        fa2_forward(q, k, k, 1.0, False, (-1, -1), half_only=False)
+    with pytest.raises(ContractError, match="fp16 and bf16"):
+        fa2_forward(q, q, q, 1.0, False, (-1, -1))
+    with pytest.raises(ContractError, match="contiguous last"):
+        strided = torch.randn(1, 4, 4, D, 2)[..., 0]  # right shape, last dimension not contiguous
+        fa2_forward(strided, q, q, 1.0, False, (-1, -1), half_only=False)
+
+
+# ------------------------------------------------------------------------------------- dispatch
+def test_dispatch_decisions(monkeypatch):
+    half, full = torch.bfloat16, torch.float32
+    assert kernels.choose("cpu", full) == "cpu"
+    assert kernels.choose("cpu", half) == "cpu"
+    assert kernels.choose("cuda", half, flash_attn=True) == "flash_attn"
+    assert kernels.choose("cuda", torch.float16, flash_attn=False) == "torch"
+    assert kernels.choose("cuda", full, flash_attn=True) == "portable"  # FlashAttention is fp16/bf16 only
+    assert kernels.choose("mps", half) == "portable"
+    assert kernels.choose("cuda", half, "portable", True) == "portable"  # the explicit setting wins
+    monkeypatch.setenv(kernels.ENV, "portable")
+    assert kernels.backend_for(torch.zeros(1)) == "portable"
+    monkeypatch.setenv(kernels.ENV, "flash")
+    with pytest.raises(LampeEvalError, match="LAMPE_EVAL_KERNEL='flash': choose one of auto, flash_attn"):
+        kernels.backend_for(torch.zeros(1))
+
+
+def fake_flash_attn(emulator: FlashAttnEmulator) -> types.ModuleType:
+    """A stand-in ``flash_attn`` package whose ``flash_attn_func`` is the emulation."""
+    module = types.ModuleType("flash_attn")
+    module.__spec__ = importlib.machinery.ModuleSpec("flash_attn", None)
+    module.flash_attn_func = emulator  # type: ignore[attr-defined]
+    return module
+
+
+def emulate(backend: str, monkeypatch) -> FlashAttnEmulator | TorchFlashEmulator:
+    """The engine on one FlashAttention-2 backend, its kernel replaced by the contract's emulation
+    (fp32 allowed, so the comparison with the oracle is tight; ``half_only`` is tested apart)."""
+    monkeypatch.setenv(kernels.ENV, backend)
+    if backend == "flash_attn":
+        emulator: FlashAttnEmulator | TorchFlashEmulator = FlashAttnEmulator(half_only=False)
+        monkeypatch.setitem(sys.modules, "flash_attn", fake_flash_attn(emulator))
+    else:
+        emulator = TorchFlashEmulator(half_only=False)
+        monkeypatch.setattr(torch.ops.aten, "_flash_attention_forward", emulator)
+    return emulator
+
+
+@pytest.fixture(params=["flash_attn", "torch"])
+def emulated(request, monkeypatch):
+    return emulate(request.param, monkeypatch)
+
+
+@pytest.mark.parametrize("name", POSITION_METHODS)
+def test_engine_through_emulated_kernels_equals_the_oracle(name, monkeypatch):
+    rng = random.Random(zlib.crc32(f"kernels-{name}".encode()))
+    length = 130
+    method = create_method(name, WINDOW, 4 * WINDOW, **random_params(name, rng))
+    plan = method.plan(base(), length - 1, length)
+    q = torch.randn(1, 6, length, D)
+    k, v = torch.randn(1, 2, length, D), torch.randn(1, 2, length, D)
+    ref = oracle_attention(q, k, v, plan, 0, D**-0.5)
+    for backend in ("flash_attn", "torch"):
+        emulator = emulate(backend, monkeypatch)
+        for threshold, block in [(4, 16), (1024, 64)]:  # multi-piece blocks, then one masked call a block
+            monkeypatch.setattr(engine, "SINGLE_MASK_KEYS", threshold)
+            fast = segmented_attention(q, k, v, plan, 0, D**-0.5, block=block)
+            assert (fast - ref).abs().max() <= 1e-4, f"{backend} {method.label()} block {block}"
+        step = segmented_attention(q[:, :, -1:], k, v, plan, length - 1, D**-0.5)  # a decode step
+        assert (step - ref[:, :, -1:]).abs().max() <= 1e-4, f"{backend} {method.label()} decode"
+        assert emulator.calls, f"the emulated {backend} kernel was never called"
+
+
+def test_every_piece_kind_reaches_the_kernel(emulated, monkeypatch):
+    """Causal squares, anticausal bands (window (0, -1)) and rectangles all run on the kernel."""
+    monkeypatch.setattr(engine, "SINGLE_MASK_KEYS", 4)
+    method = create_method("selfextend", WINDOW, 4 * WINDOW, group_size=3, window=70)
+    plan = method.plan(base(), 160, 160)
+    q, k, v = torch.randn(1, 4, 160, D), torch.randn(1, 2, 160, D), torch.randn(1, 2, 160, D)
+    out = segmented_attention(q, k, v, plan, 0, 0.25, block=64)
+    assert (out - oracle_attention(q, k, v, plan, 0, 0.25)).abs().max() <= 1e-4
+    seen = {(c["causal"], tuple(c["window"])) for c in emulated.calls}
+    assert {(True, (-1, -1)), (False, (0, -1)), (False, (-1, -1))} <= seen
+    # a thin band (ReRoPE's window of 20): each block's masked call is a band, run as the window (19, 0)
+    monkeypatch.setattr(engine, "SINGLE_MASK_KEYS", 1024)
+    emulated.calls.clear()
+    plan = create_method("rerope", WINDOW, 4 * WINDOW, window=20).plan(base(), 160, 160)
+    out = segmented_attention(q, k, v, plan, 0, 0.25, block=64)
+    assert (out - oracle_attention(q, k, v, plan, 0, 0.25)).abs().max() <= 1e-4
+    assert (False, (19, 0)) in {(c["causal"], tuple(c["window"])) for c in emulated.calls}
+
+
+def test_bf16_through_the_strict_emulation(monkeypatch):
+    """bf16 inputs, the emulation refusing anything but fp16/bf16: within bf16 rounding of the oracle."""
+    monkeypatch.setenv(kernels.ENV, "flash_attn")
+    emulator = FlashAttnEmulator(half_only=True)
+    monkeypatch.setitem(sys.modules, "flash_attn", fake_flash_attn(emulator))
+    monkeypatch.setattr(engine, "SINGLE_MASK_KEYS", 4)
+    method = create_method("lampe", WINDOW, 4 * WINDOW)
+    plan = method.plan(base(), 160, 160)
+    q, k, v = torch.randn(1, 4, 160, D), torch.randn(1, 2, 160, D), torch.randn(1, 2, 160, D)
+    ref = oracle_attention(q, k, v, plan, 0, 0.25)
+    out = segmented_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), plan, 0, 0.25, block=64)
+    assert out.dtype == torch.bfloat16 and emulator.calls
+    assert (out.float() - ref).abs().max() < 0.05
