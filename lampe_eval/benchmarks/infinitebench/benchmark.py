@@ -212,6 +212,7 @@ class InfiniteBench(Benchmark):
         Option("cache", bool, True, "keep generated samples on disk (false: in memory only)", False),
     )
     input_length_key = "original_tokens"
+    truncation = "the middle of the text, the wrapper kept whole: the first and last halves of what fits"
 
     @property
     def config(self) -> InfiniteBenchConfig:
