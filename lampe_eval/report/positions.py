@@ -112,8 +112,7 @@ def draw(maps: Sequence[PositionMap], path: Path | None = None) -> bytes:
     fig, axes = plt.subplots(2, count, figsize=(4.2 * count, 7.6), squeeze=False)
     for ax in axes[1][1:]:
         ax.sharey(axes[1][0])  # the last rows on one scale; each heat map on its own (its structure)
-    cmap = matplotlib.colormaps["viridis"].copy()
-    cmap.set_bad("white")
+    cmap = matplotlib.colormaps["viridis"].with_extremes(bad="white")
     for k, pm in enumerate(maps):
         ax = axes[0][k]
         n = pm.length

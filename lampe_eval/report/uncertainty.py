@@ -2,10 +2,11 @@
 
 A *stratum* is one task at one length for one model and variant (a :class:`TaskScore`). Its bootstrap
 draws ``resamples`` resamples of its samples (with replacement) as a count matrix ``[resamples, samples]``
-and lets the benchmark aggregate every resample at once (:meth:`Benchmark.resample`: the mean, or e.g. a
-token-weighted perplexity), so the interval is that of the number the table prints. A cell that averages
-several strata (``Avg.`` over tasks, a by-length cell, a paper column) resamples each stratum on its own
-and averages the resampled values (a stratified bootstrap; tasks and lengths are independent strata).
+and lets the benchmark aggregate every resample at once (:meth:`Benchmark.resample`: the mean, or whatever
+weighting the benchmark's own aggregate uses), so the interval is that of the number the table prints. A
+cell that averages several strata (``Avg.`` over tasks, a by-length cell, a paper column) resamples each
+stratum on its own and averages the resampled values (a stratified bootstrap; tasks and lengths are
+independent strata).
 
 **Pairing.** The draws of a stratum come from a generator seeded by the report's seed, the stratum
 without its variant (model, benchmark, task, length) and the sample ids drawn from. Two variants that ran
