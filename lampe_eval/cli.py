@@ -430,7 +430,11 @@ def show_prompt_command(
 def show_positions_command(
     method: list[str] = typer.Option(..., "--method", help="Method(s), comma-separated: drawn side by side."),
     length: str = typer.Option(..., "--len", "-l", help="Input length L: 16k, 32768."),
-    window: str | None = typer.Option(None, "--window", help="Pretraining window W (default: the model's)."),
+    window: str | None = typer.Option(
+        None,
+        "--window",
+        help="Pretraining window W (default: the model's; another W ignores method_configs).",
+    ),
     model: str = typer.Option(
         "smollm2-135m", "--model", "-m", help="Model whose window and method_configs apply (none is loaded)."
     ),
@@ -463,13 +467,15 @@ def show_positions_command(
         if not 16 <= resolution <= 4096:
             raise LampeEvalError(f"--resolution must be between 16 and 4096, got {resolution}")
         n = parse_lengths([length])[0]
-        w = parse_lengths([window])[0] if window else known_window(model)
+        own = known_window(model)
+        w = parse_lengths([window])[0] if window else own
         if w is None:
             raise LampeEvalError(f"the window of {model!r} is unknown without loading it: give --window")
+        configured = w == own  # method_configs hold settings for the model's own window only
         methods = []
         for name in names:
             METHODS.get(name)  # an unknown name: one line with the closest one
-            params = {**load_method_params(name, model, n, bench), **overrides}
+            params = {**(load_method_params(name, model, n, bench) if configured else {}), **overrides}
             methods.append(create_method(name, w, n, **params))
         shown = ", ".join(f"{k}={v}" for k, v in overrides.items())
         maps = [position_map(m, w, n, f"{m.name}({shown})" if shown else m.name, resolution) for m in methods]
@@ -481,6 +487,14 @@ def show_positions_command(
         beyond = "  (>= W: the model extrapolates)" if pm.largest >= w else ""
         console.print(
             f"{pm.label}: the last query sees relative positions up to {pm.largest:.0f}{beyond}",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
+    if not configured:
+        console.print(
+            f"(W = {format_length(w)} is not {model}'s window: the methods' defaults for W, not its "
+            "method_configs)",
             highlight=False,
             markup=False,
             soft_wrap=True,

@@ -138,7 +138,9 @@ class Browser:
     def requests(self) -> list[str]:
         """URLs the page requested (itself included)."""
         return [
-            e["params"]["request"]["url"] for e in self.events if e.get("method") == "Network.requestWillBeSent"
+            e["params"]["request"]["url"]
+            for e in self.events
+            if e.get("method") == "Network.requestWillBeSent"
         ]
 
     def screenshot(self, path: Path, full_page: bool = False) -> Path:

@@ -20,7 +20,9 @@ from tests.reportstore import HOSTILE, write_store
 def report_page(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("html")
     store = write_store(root / "results")
-    report = build_report([store], root / "report", formats=["md", "html"], papers=["ppl"], as_model="smollm2-135m")
+    report = build_report(
+        [store], root / "report", formats=["md", "html"], papers=["ppl"], as_model="smollm2-135m"
+    )
     page = root / "report" / "report.html"
     assert page in report.files
     return page
@@ -147,7 +149,11 @@ def check_report_page(browser: Browser, page: Path) -> dict:
         parts = 0
         for length in lengths:
             narrow = browser.run(FILTER % (f'{{"method": "{method}", "length": "{length}"}}', ""))
-            assert len({row[2] for row in narrow["rows"]}) <= 1 and {row[3] for row in narrow["rows"]} <= {method}
+            shown_lengths, shown_methods = (
+                {row[2] for row in narrow["rows"]},
+                {row[3] for row in narrow["rows"]},
+            )
+            assert len(shown_lengths) <= 1 and shown_methods <= {method}
             parts += int(narrow["count"].split()[0])
         assert parts == int(shown["count"].split()[0])
     again = browser.run(FILTER % ('{"method": "", "length": ""}', ""))
@@ -197,7 +203,9 @@ SMOKE_PAGE = os.environ.get("LAMPE_EVAL_REPORT_HTML")
 
 
 @needs_chromium
-@pytest.mark.skipif(not SMOKE_PAGE, reason="LAMPE_EVAL_REPORT_HTML names no page (make table-ppl-smoke sets it)")
+@pytest.mark.skipif(
+    not SMOKE_PAGE, reason="LAMPE_EVAL_REPORT_HTML names no page (make table-ppl-smoke sets it)"
+)
 def test_a_given_report_in_chromium(browser):
     page = Path(SMOKE_PAGE or "")
     assert page.is_file(), f"{page} does not exist"

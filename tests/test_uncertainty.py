@@ -171,7 +171,11 @@ def test_tables_mark_what_is_not_significant(noisy_store):
     assert (lampe.bold or dca.bold) and lampe.marks == dca.marks == "≈"
     assert (lampe.best_other, dca.best_other) == ("dca", "lampe")
     assert not lampe.vs_best.significant and lampe.vs_best.p > 0.05
-    assert selfextend.marks == "" and selfextend.vs_best.significant and selfextend.best_other in ("dca", "lampe")
+    assert (
+        selfextend.marks == ""
+        and selfextend.vs_best.significant
+        and selfextend.best_other in ("dca", "lampe")
+    )
     assert selfextend.vs_best.diff > 0.25  # about 0.3 NLL: perplexity e^0.3 times higher
     assert all(cells[1].vs_baseline.significant for label, cells in ppl.rows if label != "rope")
     # 4K: every method runs plain positions within the window: all tied, all marked
