@@ -199,6 +199,25 @@ def test_report_in_chromium_renders_sorts_and_filters(browser, report_page, tmp_
     assert browser.errors() == []
 
 
+BREAKAGES = {  # what the check must catch: (text of the page's script, its broken replacement)
+    "script error": ("render();\n})();", "render();\n  null.boom;\n})();"),
+    "no sorting": ("return ascending ? compare(x, y) : compare(y, x);", "return 0;"),
+    "no filtering": ('if (wanted[name] !== "" && String(row[at[name]]) !== wanted[name]) { return false; }', ""),
+}
+
+
+@needs_chromium
+@pytest.mark.parametrize("breakage", BREAKAGES)
+def test_the_browser_check_fails_on_a_broken_page(browser, report_page, tmp_path, breakage):
+    good, bad = BREAKAGES[breakage]
+    page = report_page.read_text(encoding="utf-8")
+    assert page.count(good) == 1
+    broken = tmp_path / "report.html"
+    broken.write_text(page.replace(good, bad), encoding="utf-8")
+    with pytest.raises(AssertionError):
+        check_report_page(browser, broken)
+
+
 SMOKE_PAGE = os.environ.get("LAMPE_EVAL_REPORT_HTML")
 
 
