@@ -410,6 +410,9 @@ def show_prompt_command(
         tokens, fed = len(sample.input_ids), "token ids (shown decoded)"
     else:
         tokens, fed = prompt_token_count(lm.tokenizer, sample.prompt), "text"
+        added = tokens - len(lm.tokenizer(sample.prompt, add_special_tokens=False)["input_ids"])
+        if added:  # e.g. a BOS token the tokenizer puts in front: part of what the model receives
+            fed += f", plus {added} special token(s) the tokenizer adds"
     if not raw:
         fingerprint = sample.fingerprint(tokenizer_fingerprint(lm.tokenizer))
         budget = f"up to {sample.max_new_tokens} new tokens" if sample.max_new_tokens else "no generation"

@@ -349,6 +349,10 @@ def test_report_cli(store, tmp_path):
     assert plain.exit_code == 0 and "8.00 / 8.81 (-0.81)" in plain.output  # intervals off: as before
     assert "∉" not in plain.output and "[low, high]" not in plain.output
     assert not (out / "report.html").exists()
+    html_only = ["report", str(store), "--out", str(out), "--format", "html", "--no-plots"]
+    page = CliRunner().invoke(app, html_only)
+    assert page.exit_code == 0 and "| method |" not in page.output  # html alone: no table on stdout
+    assert f"wrote {out / 'report.html'}" in page.output and "<table" in (out / "report.html").read_text()
     bad = CliRunner().invoke(app, ["report", str(store), "--format", "pdf"])
     assert bad.exit_code != 0 and "bad --format" in bad.output
     negative = CliRunner().invoke(app, ["report", str(store), "--resamples", "-1"])

@@ -163,7 +163,7 @@ def table_html(table: Table) -> str:
 
 def _plain_table(columns: Sequence[tuple[str, str]], rows: Sequence[dict[str, Any]], key: str) -> str:
     """A sortable table of dict rows (``columns``: (field, header))."""
-    out = [f'<table class="sortable data" data-key="{esc(key)}"><thead><tr>']
+    out = [f'<div class="table-wrap"><table class="sortable data" data-key="{esc(key)}"><thead><tr>']
     out += [f'<th scope="col">{esc(header)}</th>' for _, header in columns]
     out.append("</tr></thead><tbody>")
     for row in rows:
@@ -173,7 +173,7 @@ def _plain_table(columns: Sequence[tuple[str, str]], rows: Sequence[dict[str, An
             sort = value if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
             cells.append(f'<td data-sort="{esc(sort)}">{esc(value)}</td>')
         out.append("<tr>" + "".join(cells) + "</tr>")
-    out.append("</tbody></table>")
+    out.append("</tbody></table></div>")
     return "\n".join(out)
 
 
@@ -234,9 +234,12 @@ def sample_rows(records: Sequence[dict[str, Any]]) -> list[list[Any]]:
         metric = next(iter(scores), "")
         value = scores.get(metric)
         excerpt = r.get("prompt_excerpt") or {}
-        output = r.get("output") if isinstance(r.get("output"), dict) else {}
-        prediction = output.get("prediction", r.get("prediction", ""))
-        references = r.get("references") if isinstance(r.get("references"), list) else []
+        output = r.get("output")
+        prediction = r.get("prediction", "")
+        if isinstance(output, dict):
+            prediction = output.get("prediction", prediction)
+        references = r.get("references")
+        references = references if isinstance(references, list) else []
         rows.append(
             [
                 r["model"],

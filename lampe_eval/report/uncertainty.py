@@ -138,6 +138,12 @@ class Bootstrap:
         values = np.mean([self.stratum(p, metric) for p in parts], axis=0)
         return Resampled(values, min(len(p.sample_ids) for p in parts))
 
+    def percentiles(self, values: np.ndarray) -> tuple[float, float]:
+        """The central ``level`` range of resampled values (percentile method)."""
+        tail = (1.0 - self.settings.level) / 2
+        low, high = np.quantile(values, [tail, 1.0 - tail], method="inverted_cdf")
+        return float(low), float(high)
+
     def interval(self, resampled: Resampled | None) -> Interval | None:
         """The percentile interval (None under 2 samples or without a finite resample)."""
         if resampled is None or resampled.samples < 2:
@@ -145,8 +151,7 @@ class Bootstrap:
         values = resampled.values[~np.isnan(resampled.values)]
         if values.size == 0:
             return None
-        tail = (1.0 - self.settings.level) / 2
-        low, high = np.quantile(values, [tail, 1.0 - tail], method="inverted_cdf")
+        low, high = self.percentiles(values)
         finite = bool(np.isfinite(values).all())
         stderr = float(np.std(values, ddof=1)) if finite and values.size > 1 else None
         return Interval(float(low), float(high), stderr)
@@ -176,8 +181,7 @@ class Bootstrap:
         d = d[~np.isnan(d)]
         if d.size == 0:
             return UNTESTED
-        tail = (1.0 - self.settings.level) / 2
-        low, high = np.quantile(d, [tail, 1.0 - tail], method="inverted_cdf")
+        low, high = self.percentiles(d)
         below, above = int((d <= 0).sum()), int((d >= 0).sum())
         p = min(1.0, 2 * (min(below, above) + 1) / (d.size + 1))
         return Difference(float(np.mean(points)), float(low), float(high), p, min(pairs), True)
