@@ -488,6 +488,8 @@ def show_positions_command(
         return
     for pm in maps:
         beyond = "  (>= W: the model extrapolates)" if pm.largest >= w else ""
+        if pm.kind == "frequency":  # YaRN, NTK, ...: the positions stay, the rotation frequencies change
+            beyond = "  (positions kept: the method scales the frequencies instead)"
         console.print(
             f"{pm.label}: the last query sees relative positions up to {pm.largest:.0f}{beyond}",
             highlight=False,

@@ -76,7 +76,7 @@ def test_show_positions_draws_several_methods(tmp_path):
         [
             "show-positions",
             "--method",
-            "rope,selfextend,lampe",
+            "rope,selfextend,lampe,yarn,ntk",  # five: a second band of pictures
             "--len",
             "4k",
             "--window",
@@ -93,6 +93,7 @@ def test_show_positions_draws_several_methods(tmp_path):
     )
     assert lines[1].startswith("selfextend: the last query sees relative positions up to ")
     assert "extrapolates" not in lines[1] + lines[2]
+    assert lines[3].endswith("4095  (positions kept: the method scales the frequencies instead)")
     args = [
         "--method",
         "selfextend",

@@ -100,19 +100,29 @@ def position_map(
     )
 
 
+PER_ROW = 4  # methods side by side; more wrap onto further rows
+
+
 def draw(maps: Sequence[PositionMap], path: Path | None = None) -> bytes:
-    """One column per map: the heat map above, the last query's positions below. Returns the PNG (and
-    writes it to ``path`` when given)."""
+    """One column per map (at most ``PER_ROW`` to a row): the heat map above, the last query's positions
+    below. Returns the PNG (and writes it to ``path`` when given)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    count = len(maps)
-    fig, axes = plt.subplots(2, count, figsize=(4.2 * count, 7.6), squeeze=False)
-    for ax in axes[1][1:]:
-        ax.sharey(axes[1][0])  # the last rows on one scale; each heat map on its own (its structure)
+    columns = min(len(maps), PER_ROW)
+    bands = math.ceil(len(maps) / columns)
+    fig, grid = plt.subplots(2 * bands, columns, figsize=(4.2 * columns, 7.6 * bands), squeeze=False)
+    heat_axes = [grid[2 * (k // columns)][k % columns] for k in range(len(maps))]
+    row_axes = [grid[2 * (k // columns) + 1][k % columns] for k in range(len(maps))]
+    for ax in grid.flat:
+        if ax not in heat_axes and ax not in row_axes:
+            ax.set_visible(False)  # the unused places of the last band
+    for ax in row_axes[1:]:
+        ax.sharey(row_axes[0])  # the last rows on one scale; each heat map on its own (its structure)
     cmap = matplotlib.colormaps["viridis"].with_extremes(bad="white")
+    axes = [heat_axes, row_axes]
     for k, pm in enumerate(maps):
         ax = axes[0][k]
         n = pm.length
