@@ -4,9 +4,9 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 TORCH   ?= torch==2.13.0
 
-.PHONY: setup corpus test test-fast lint typecheck demo bench gpu-check clean
+.PHONY: setup corpus browser test test-fast lint typecheck demo bench gpu-check clean
 
-setup: $(BIN)/lampe-eval corpus
+setup: $(BIN)/lampe-eval corpus browser
 
 # Offline book corpus (stands in for PG-19, RULER's essay haystack): the KJV from Debian's bible-kjv-text,
 # printed by the `bible` command of bible-kjv. Installed when missing and we are root (CI); otherwise a hint.
@@ -16,6 +16,15 @@ corpus:
 	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q bible-kjv >/dev/null || \
 	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -q bible-kjv >/dev/null; }; \
 	  else echo "note: the offline corpus needs 'sudo apt-get install -y bible-kjv' (PG-19/RULER offline)"; fi; }
+
+# Headless Chromium for the report.html browser test (tests/test_html_report.py; skipped without it): Debian's
+# chromium package, installed when missing and we are root (CI); otherwise a hint.
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null || \
+	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null; }; \
+	  else echo "note: the report.html browser test needs 'sudo apt-get install -y chromium' (skipped without)"; fi; }
 
 $(BIN)/lampe-eval: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -62,10 +71,12 @@ gpu-check: setup
 # ------------------------------------------------------------------ reproducing the paper's tables
 # `make table-ppl` etc. run the paper's grid (the packaged experiment <target>; GPU, model weights from the
 # hub) into results/<target>/ and write the tables next to the paper's numbers, with the difference,
-# into results/<target>/report/ (paper-<name>.md/.csv, tables, leaderboard.csv, plots). Reruns resume.
-# The *-smoke variants run the same pipeline on the embedded SmolLM2-135M, CPU-sized (--limit 1).
+# into results/<target>/report/ (paper-<name>.md/.csv, tables, leaderboard.csv, plots, report.html).
+# Reruns resume. The *-smoke variants run the same pipeline on the embedded SmolLM2-135M, CPU-sized
+# (--limit 1); table-ppl-smoke also opens its report.html in headless Chromium (the browser test).
 RUN     = $(BIN)/lampe-eval run --no-progress --experiment $(1)
-REPORT  = $(BIN)/lampe-eval report results/$(1) --paper $(2) --format md,csv $(3)
+REPORT  = $(BIN)/lampe-eval report results/$(1) --paper $(2) --format md,csv,html $(3)
+BROWSER = LAMPE_EVAL_REPORT_HTML=results/$(1)/report/report.html $(BIN)/pytest -q -rs tests/test_html_report.py::test_a_given_report_in_chromium
 
 table1: setup
 	$(call RUN,table1)
@@ -92,6 +103,7 @@ table-ruler-smoke: setup
 table-ppl-smoke: setup
 	$(call RUN,table-ppl-smoke)
 	$(call REPORT,table-ppl-smoke,ppl,--as-model smollm2-135m)
+	$(call BROWSER,table-ppl-smoke)
 
 smoke: table-ppl-smoke table-ruler-smoke table1-smoke table2-smoke
 

@@ -1,4 +1,5 @@
-"""The ``lampe-eval`` command line (typer + rich): ``list``, ``run``, ``report`` and ``fit``.
+"""The ``lampe-eval`` command line (typer + rich): ``list``, ``run``, ``report``, ``fit``, and the
+inspection commands ``show-prompt`` (what the model receives) and ``show-positions`` (position maps).
 
 Every command turns its options into the objects the library takes (``run`` and ``fit`` an
 :class:`~lampe_eval.runner.experiment.Experiment`) and prints; errors a user can cause are one line on
@@ -7,6 +8,7 @@ stderr (``error: ...``, never wrapped) with exit code 2, before any model loads.
 
 from __future__ import annotations
 
+import itertools
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -304,7 +306,9 @@ def show_results(jobs: list[Job], summaries: dict[str, dict[str, float]]) -> Non
 @app.command("report")
 def report_command(
     results: list[Path] = typer.Argument(..., help="Results directories (searched for records.jsonl)."),
-    fmt: str = typer.Option("md", "--format", "-f", help="Tables as md, latex or csv (comma-separate)."),
+    fmt: str = typer.Option(
+        "md", "--format", "-f", help="md, latex, csv (tables) and html (report.html); comma-separate."
+    ),
     out: Path | None = typer.Option(None, "--out", "-o", help="Output directory (default RESULTS/report)."),
     paper: list[str] = typer.Option(
         None, "--paper", help="Paper table(s) to compare with: table1, table2, ruler, ppl."
@@ -319,19 +323,26 @@ def report_command(
     buckets: str | None = typer.Option(
         None, "--buckets", help="Input-length bucket edges for the bucket plot, e.g. 4k (default: window)."
     ),
+    resamples: int = typer.Option(
+        1000, "--resamples", help="Bootstrap resamples for the 95% intervals and paired tests (0: none)."
+    ),
+    seed: int = typer.Option(0, "--seed", help="Seed of the bootstrap."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only list the files written."),
 ) -> None:
-    """Comparison tables (methods as rows, best in bold), the leaderboard CSV and plots.
+    """Comparison tables (methods as rows, best in bold, 95% intervals, paired tests), the leaderboard
+    CSV, plots, and with --format html one self-contained report.html.
 
-    Example: lampe-eval report results/table-ppl --paper ppl --format md,latex
+    Example: lampe-eval report results/table-ppl --paper ppl --format md,latex,html
     """
-    from .report import build_report
+    from .report import FORMATS, BootstrapSettings, build_report
 
     try:
         formats = split_list([fmt])
-        bad = [f for f in formats if f not in ("md", "latex", "csv")]
+        bad = [f for f in formats if f not in FORMATS]
         if bad or not formats:
-            raise LampeEvalError(f"bad --format {fmt!r}: use md, latex or csv")
+            raise LampeEvalError(f"bad --format {fmt!r}: use {', '.join(FORMATS)}")
+        if resamples < 0:
+            raise LampeEvalError(f"--resamples must be 0 (no intervals) or more, got {resamples}")
         target = out or results[0] / "report"
         report = build_report(
             results,
@@ -342,16 +353,170 @@ def report_command(
             as_length=parse_lengths(as_length)[0] if as_length else None,
             plots=plots,
             bucket_edges=parse_lengths(buckets) if buckets else None,
+            bootstrap=BootstrapSettings(resamples=resamples, seed=seed) if resamples else None,
         )
     except LampeEvalError as err:
         fail(str(err))
         return
     for warning in report.warnings:
         say_error("warning:", warning)
-    if not quiet and formats[0] != "csv":
+    if not quiet and formats[0] in ("md", "latex"):
         typer.echo(report.text)
     for path in report.files:
         console.print(f"wrote {path}", highlight=False)
+
+
+# ----------------------------------------------------------------------------------- show-prompt
+@app.command("show-prompt")
+def show_prompt_command(
+    bench: str = typer.Option(..., "--bench", "-b", help="Benchmark."),
+    task: str = typer.Option(..., "--task", "-t", help="Task of the benchmark."),
+    length: str = typer.Option(..., "--len", "-l", help="Context length of the job: 4k, 16384."),
+    model: str = typer.Option(
+        "smollm2-135m", "--model", "-m", help="Model whose tokenizer and template apply."
+    ),
+    index: int = typer.Option(
+        0, "--index", "-i", help="Which sample (its position in the job; records' index)."
+    ),
+    limit: int | None = typer.Option(
+        None, "--limit", "-n", help="The run's --limit, if it had one (default: index + 1)."
+    ),
+    seed: int = typer.Option(0, help="The run's --seed (generated data)."),
+    opt: list[str] = typer.Option(None, "--opt", help="The run's benchmark options key=value."),
+    data_dir: str | None = typer.Option(None, help="The run's --data-dir."),
+    imports: list[str] = typer.Option(None, "--import", help="Module(s) registering your own benchmark."),
+    raw: bool = typer.Option(False, "--raw", help="Print the prompt alone, without the description."),
+) -> None:
+    """Print exactly what the model receives for one sample (after the chat template and truncation).
+
+    The sample is built by the benchmark's own code with the model's tokenizer (no weights are loaded).
+    The prompt goes to stdout as it is; its description (token count, where it was cut, its hash, which
+    records store as prompt_hash) goes to stderr.
+
+    Example: lampe-eval show-prompt --bench longbench --task qasper --len 4k --opt fixture=true
+    """
+    from .benchmarks.base import BENCHMARKS, SampleContext, options_by_benchmark
+    from .benchmarks.sample_cache import tokenizer_fingerprint
+    from .generation import prompt_token_count
+    from .models import load_tokenizer
+    from .runner.experiment import import_plugins
+
+    try:
+        if index < 0 or (limit is not None and limit <= index):
+            raise LampeEvalError(f"--index must be >= 0 and below --limit, got {index} (limit {limit})")
+        import_plugins(split_list(imports))
+        benchmark = BENCHMARKS.get(bench)()
+        benchmark.check_task(task)
+        n = parse_lengths([length])[0]
+        options = options_by_benchmark([bench], parse_key_values(opt, "--opt"))[bench]
+        benchmark.check_job(task, n, options, data_dir)
+        lm = load_tokenizer(model)
+        ctx = SampleContext(lm, n, limit or index + 1, seed, data_dir, options)
+        sample = next(itertools.islice(benchmark.samples(task, ctx), index, None), None)
+        if sample is None:
+            raise LampeEvalError(f"{bench}/{task} at {format_length(n)} has no sample {index}")
+    except LampeEvalError as err:
+        fail(str(err))
+        return
+    if sample.input_ids is not None:
+        tokens, fed = len(sample.input_ids), "token ids (shown decoded)"
+    else:
+        tokens, fed = prompt_token_count(lm.tokenizer, sample.prompt), "text"
+        added = tokens - len(lm.tokenizer(sample.prompt, add_special_tokens=False)["input_ids"])
+        if added:  # e.g. a BOS token the tokenizer puts in front: part of what the model receives
+            fed += f", plus {added} special token(s) the tokenizer adds"
+    if not raw:
+        fingerprint = sample.fingerprint(tokenizer_fingerprint(lm.tokenizer))
+        budget = f"up to {sample.max_new_tokens} new tokens" if sample.max_new_tokens else "no generation"
+        for line in (
+            f"{bench}/{task} at {format_length(n)} | {lm.name} | sample {index} (id {sample.sample_id})",
+            f"tokens: {tokens} ({fed}; {len(sample.prompt)} characters; {budget})",
+            f"cut: {benchmark.describe_cut(sample)}",
+            f"prompt hash: {sample.prompt_hash()} | sample fingerprint: {fingerprint}",
+            "--- the prompt follows on stdout, exactly ---",
+        ):
+            err_console.print(line, highlight=False, markup=False, soft_wrap=True)
+    sys.stdout.write(sample.prompt)
+    sys.stdout.flush()
+
+
+# -------------------------------------------------------------------------------- show-positions
+@app.command("show-positions")
+def show_positions_command(
+    method: list[str] = typer.Option(..., "--method", help="Method(s), comma-separated: drawn side by side."),
+    length: str = typer.Option(..., "--len", "-l", help="Input length L: 16k, 32768."),
+    window: str | None = typer.Option(
+        None,
+        "--window",
+        help="Pretraining window W (default: the model's; another W ignores method_configs).",
+    ),
+    model: str = typer.Option(
+        "smollm2-135m", "--model", "-m", help="Model whose window and method_configs apply (none is loaded)."
+    ),
+    bench: str | None = typer.Option(
+        None, "--bench", help="Use method_configs' settings for this benchmark."
+    ),
+    param: list[str] = typer.Option(None, "--param", "-p", help="Method parameter key=value (one method)."),
+    out: Path = typer.Option(Path("positions.png"), "--out", "-o", help="PNG to write."),
+    resolution: int = typer.Option(
+        384, "--resolution", help="Rows and columns of the heat map (sampled beyond, 16-4096)."
+    ),
+) -> None:
+    """Draw the relative-position matrix and the last query's positions of one or several methods.
+
+    The positions come from the plan the attention engine runs for an L-token prefill (the method's
+    segments); beyond --resolution tokens the heat map samples rows and columns, the last row is exact.
+
+    Example: lampe-eval show-positions --method rope,selfextend,lampe --len 32k --window 8k
+    """
+    from .method_configs import load_method_params
+    from .methods import METHODS, create_method
+    from .models import known_window
+    from .report.positions import draw, position_map
+
+    try:
+        names = split_list(method)
+        overrides = parse_key_values(param, "--param")
+        if overrides and len(names) > 1:
+            raise LampeEvalError("--param applies to one method: draw the methods separately")
+        if not 16 <= resolution <= 4096:
+            raise LampeEvalError(f"--resolution must be between 16 and 4096, got {resolution}")
+        n = parse_lengths([length])[0]
+        own = known_window(model)
+        w = parse_lengths([window])[0] if window else own
+        if w is None:
+            raise LampeEvalError(f"the window of {model!r} is unknown without loading it: give --window")
+        configured = w == own  # method_configs hold settings for the model's own window only
+        methods = []
+        for name in names:
+            METHODS.get(name)  # an unknown name: one line with the closest one
+            params = {**(load_method_params(name, model, n, bench) if configured else {}), **overrides}
+            methods.append(create_method(name, w, n, **params))
+        shown = ", ".join(f"{k}={v}" for k, v in overrides.items())
+        maps = [position_map(m, w, n, f"{m.name}({shown})" if shown else m.name, resolution) for m in methods]
+        draw(maps, out)
+    except LampeEvalError as err:
+        fail(str(err))
+        return
+    for pm in maps:
+        beyond = "  (>= W: the model extrapolates)" if pm.largest >= w else ""
+        if pm.kind == "frequency":  # YaRN, NTK, ...: the positions stay, the rotation frequencies change
+            beyond = "  (positions kept: the method scales the frequencies instead)"
+        console.print(
+            f"{pm.label}: the last query sees relative positions up to {pm.largest:.0f}{beyond}",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
+    if not configured:
+        console.print(
+            f"(W = {format_length(w)} is not {model}'s window: the methods' defaults for W, not its "
+            "method_configs)",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
+    console.print(f"wrote {out}", highlight=False)
 
 
 # -------------------------------------------------------------------------------------------- fit

@@ -273,6 +273,36 @@ def load_model(
     )
 
 
+def load_tokenizer(name: str = DEFAULT_MODEL) -> LoadedModel:
+    """The model's tokenizer without its weights (``model`` is None): enough to build a benchmark's
+    samples (``lampe-eval show-prompt``), with the same tokenizer files as :func:`load_model` reads."""
+    from transformers import AutoTokenizer
+
+    source, preset = resolve_source(name)
+    if source.startswith("embedded:"):
+        cached = _embedded_cache()
+        if (cached / "tokenizer_config.json").is_file():
+            tokenizer = AutoTokenizer.from_pretrained(cached)
+        else:  # no model load yet: the tokenizer of the GGUF file (what the cache is made from)
+            gguf = embedded_gguf_path()
+            tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    elif source.endswith(".gguf"):
+        path = Path(source)
+        tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    else:
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(source)
+        except OSError as err:
+            raise MissingDataError(f"cannot load the tokenizer of {source!r}: {err}".splitlines()[0]) from err
+    return LoadedModel(
+        name=preset.name if preset else name,
+        model=None,
+        tokenizer=tokenizer,
+        pretraining_window=preset.pretraining_window if preset else (known_window(name) or 0),
+        chat_template=preset.chat_template if preset else bool(getattr(tokenizer, "chat_template", None)),
+    )
+
+
 def tiny_llama(
     *,
     layers: int = 2,

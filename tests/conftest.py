@@ -24,15 +24,9 @@ def smollm2():
 @pytest.fixture(scope="session")
 def smollm2_tokenizer() -> Any:
     """SmolLM2's tokenizer alone: from the fp32 cache when a model load made it, else from the GGUF."""
-    from transformers import AutoTokenizer
+    from lampe_eval.models import load_tokenizer
 
-    from lampe_eval.models import _embedded_cache, embedded_gguf_path
-
-    cached = _embedded_cache()
-    if (cached / "tokenizer_config.json").is_file():
-        return AutoTokenizer.from_pretrained(cached)
-    gguf = embedded_gguf_path()
-    return AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    return load_tokenizer("smollm2-135m").tokenizer
 
 
 @pytest.fixture(scope="session")

@@ -317,7 +317,9 @@ def test_build_report_writes_tables_leaderboard_comparison_and_plots(store, tmp_
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
     header = (out / "leaderboard.csv").read_text().splitlines()[0]
     assert header == ",".join(LEADERBOARD_COLUMNS)
-    assert "8.00 / 8.81 (-0.81)" in (out / "paper-ppl.md").read_text()
+    # both passages have the same perplexity: a zero-width interval, and the paper's number outside it
+    assert "8.00 [8.00, 8.00] / 8.81 (-0.81) ∉" in (out / "paper-ppl.md").read_text()
+    assert "comparisons.csv" in names
 
 
 def test_bucket_plot(store, tmp_path):
@@ -339,9 +341,21 @@ def test_report_cli(store, tmp_path):
     )
     assert result.exit_code == 0, result.output
     assert "| method | 4k | 8k | Avg. |" in result.output
-    assert "8.00 / 8.81 (-0.81)" in result.output
+    assert "8.00 [8.00, 8.00] / 8.81 (-0.81) ∉" in result.output
     assert (out / "leaderboard.csv").exists() and (out / "tables.csv").exists()
-    bad = CliRunner().invoke(app, ["report", str(store), "--format", "html"])
+    plain = CliRunner().invoke(
+        app, ["report", str(store), "--out", str(out), "--paper", "ppl", "--resamples", "0"]
+    )
+    assert plain.exit_code == 0 and "8.00 / 8.81 (-0.81)" in plain.output  # intervals off: as before
+    assert "∉" not in plain.output and "[low, high]" not in plain.output
+    assert not (out / "report.html").exists()
+    html_only = ["report", str(store), "--out", str(out), "--format", "html", "--no-plots"]
+    page = CliRunner().invoke(app, html_only)
+    assert page.exit_code == 0 and "| method |" not in page.output  # html alone: no table on stdout
+    assert f"wrote {out / 'report.html'}" in page.output and "<table" in (out / "report.html").read_text()
+    bad = CliRunner().invoke(app, ["report", str(store), "--format", "pdf"])
     assert bad.exit_code != 0 and "bad --format" in bad.output
+    negative = CliRunner().invoke(app, ["report", str(store), "--resamples", "-1"])
+    assert negative.exit_code != 0 and "--resamples" in negative.output
     missing = CliRunner().invoke(app, ["report", str(tmp_path / "nothing")])
     assert missing.exit_code != 0 and "does not exist" in missing.output

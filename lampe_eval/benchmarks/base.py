@@ -10,8 +10,10 @@ It must define ``tasks``, ``samples`` and ``score`` (abstract), and declare:
   from this, never from names;
 - ``options``: its ``--opt`` settings (type, default, help, whether they change results);
 - optionally ``summarize_tasks`` (a benchmark-level row: LongBench's categories, L-Eval's average),
-  ``bucket_plot`` / ``input_length_key`` (the score-by-input-length plot, the paper's Figure 5) and
-  ``aggregate`` (task score from sample scores; default: the mean of each metric).
+  ``bucket_plot`` / ``input_length_key`` (the score-by-input-length plot, the paper's Figure 5),
+  ``aggregate`` (task score from sample scores; default: the mean of each metric) with ``resample``
+  (the same aggregate over bootstrap resamples of the samples, vectorised: reports' confidence
+  intervals; default: the mean) and ``truncation`` (where an over-long input is cut: ``show-prompt``).
 
 Data flow for one job (model, method, benchmark, task, length):
 ``samples(task, ctx)`` -> for each sample ``evaluate(lm, sample, ctx)`` (or, with ``--batch-size``,
@@ -30,6 +32,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
+
+import numpy as np
 
 from ..errors import LampeEvalError, suggestion, unknown
 from ..models import LoadedModel
@@ -67,6 +71,9 @@ class Metric:
         return f"{value:.2f}"
 
 
+PROMPT_EXCERPT_CHARS = 240  # characters of a prompt's head and of its tail kept in each record
+
+
 @dataclass
 class Sample:
     """One evaluation item, with everything its evaluation needs.
@@ -92,6 +99,20 @@ class Sample:
         blob = json.dumps(content, sort_keys=True, ensure_ascii=False, default=str)
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
 
+    def prompt_hash(self) -> str:
+        """A hash of what the model receives: the token ids when the sample has them, else the prompt text
+        (records store it; ``lampe-eval show-prompt`` prints it for the rebuilt sample)."""
+        blob = "ids:" + ",".join(map(str, self.input_ids)) if self.input_ids is not None else self.prompt
+        return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
+
+    def prompt_excerpt(self, chars: int = PROMPT_EXCERPT_CHARS) -> dict[str, Any]:
+        """The prompt's first and last ``chars`` characters and its length (what reports show of it;
+        ``tail`` is empty when the head holds the whole prompt)."""
+        text = self.prompt
+        if len(text) <= 2 * chars:
+            return {"head": text, "tail": "", "chars": len(text)}
+        return {"head": text[:chars], "tail": text[-chars:], "chars": len(text)}
+
 
 @dataclass
 class SampleContext:
@@ -116,6 +137,16 @@ def mean_scores(scores: Sequence[Mapping[str, float]]) -> dict[str, float]:
     return out
 
 
+def resampled_means(scores: Sequence[Mapping[str, float]], counts: np.ndarray, metric: str) -> np.ndarray:
+    """The mean of ``metric`` over each resample: ``counts[b, i]`` is how often sample i is drawn in
+    resample b (samples without the metric count in none; a resample with none of them is NaN)."""
+    values = np.array([float(s.get(metric, math.nan)) for s in scores], dtype=np.float64)
+    present = ~np.isnan(values)
+    weights = np.asarray(counts, dtype=np.float64)[:, present]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (weights @ values[present]) / weights.sum(axis=1)
+
+
 class Benchmark(ABC):
     """Base class; see the module docstring for what a benchmark defines."""
 
@@ -125,6 +156,7 @@ class Benchmark(ABC):
     options: ClassVar[tuple[Option, ...]] = ()
     bucket_plot: ClassVar[bool] = False  # part of the score-by-input-length bucket plot (Figure 5)
     input_length_key: ClassVar[str | None] = None  # sample meta key: the input length before truncation
+    truncation: ClassVar[str] = ""  # where an over-long input is cut (``show-prompt`` says it)
 
     # ------------------------------------------------------------------------------------- tasks
     @abstractmethod
@@ -186,9 +218,32 @@ class Benchmark(ABC):
         """Task-level numbers from per-sample scores. Default: the mean of each metric."""
         return mean_scores(scores)
 
+    def resample(
+        self, task: str, scores: Sequence[Mapping[str, float]], counts: np.ndarray, metric: str
+    ) -> np.ndarray:
+        """``aggregate``'s value of ``metric`` for many resamples of the samples at once (reports'
+        bootstrap): ``counts`` is [resamples, samples], ``counts[b, i]`` how often sample i is drawn in
+        resample b; entry b of the result is what ``aggregate`` gives for that resample (up to its
+        rounding). Default: the mean. Override it with ``aggregate`` when a task score is not the mean of
+        its samples' values (PG-19's token-weighted perplexity)."""
+        return resampled_means(scores, counts, metric)
+
     def summarize_tasks(self, task_scores: Mapping[str, float]) -> dict[str, float]:
         """A benchmark-level row from task headlines (e.g. category averages); {} when there is none."""
         return {}
+
+    def describe_cut(self, sample: Sample) -> str:
+        """One line for ``show-prompt``: whether and where the sample's input was cut to the length.
+        Default: from ``meta["truncated"]``, the input length before the cut (``input_length_key``) and
+        the ``truncation`` declaration."""
+        meta = sample.meta
+        before = meta.get(self.input_length_key) if self.input_length_key else None
+        size = f" (the input had {before} tokens)" if before is not None else ""
+        if "truncated" not in meta:
+            return self.truncation or "no cut recorded"
+        if not meta["truncated"]:
+            return f"not cut{size}"
+        return f"cut{size}: {self.truncation or 'where the benchmark cuts'}"
 
     def check_job(self, task: str, length: int, options: Mapping[str, Any], data_dir: str | None) -> None:
         """Raise a one-line LampeEvalError for a job that cannot run (checked before any model loads):
@@ -264,6 +319,14 @@ def aggregate(benchmark: str, task: str, scores: Sequence[dict[str, float]]) -> 
     """The task score of stored sample scores: the benchmark's aggregate, or the mean when unregistered."""
     cls = benchmark_class(benchmark)
     return cls().aggregate(task, list(scores)) if cls else mean_scores(scores)
+
+
+def resample(
+    benchmark: str, task: str, scores: Sequence[Mapping[str, float]], counts: np.ndarray, metric: str
+) -> np.ndarray:
+    """The benchmark's ``resample`` of stored sample scores (the mean when it is not registered)."""
+    cls = benchmark_class(benchmark)
+    return cls().resample(task, scores, counts, metric) if cls else resampled_means(scores, counts, metric)
 
 
 def metric_of(benchmark: str, name: str) -> Metric:

@@ -328,6 +328,7 @@ class LEval(Benchmark):
     )
     bucket_plot = True
     input_length_key = "document_tokens"
+    truncation = "the end of the document: its first words, 250 fewer per round, to --len - 512 tokens"
 
     def tasks(self) -> list[str]:
         return list(load_config().tasks)

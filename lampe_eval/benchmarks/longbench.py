@@ -245,6 +245,7 @@ class LongBench(Benchmark):
     )
     bucket_plot = True
     input_length_key = "record_tokens"
+    truncation = "the middle of the formatted prompt (pre chat template): first and last --len/2 tokens kept"
 
     def tasks(self) -> list[str]:
         return load_config().tasks()

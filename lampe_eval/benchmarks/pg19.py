@@ -36,11 +36,12 @@ Each sample carries its passage's exact token ids (``Sample.input_ids``): ``eval
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -62,6 +63,15 @@ PPL_LAST_QUARTER = Metric(
     log_scale=True,
     own_table=True,  # where extrapolation bites: its own by-length table
 )
+
+
+# metric -> (per-passage mean NLL, its token count, whether the metric is exp of the weighted mean)
+TOKEN_WEIGHTED = {
+    "ppl": ("nll", "tokens", True),
+    "nll": ("nll", "tokens", False),
+    "ppl_last_quarter": ("nll_last_quarter", "tokens_last_quarter", True),
+    "nll_last_quarter": ("nll_last_quarter", "tokens_last_quarter", False),
+}
 
 
 @dataclass(frozen=True)
@@ -311,6 +321,7 @@ class PG19(Benchmark):
         Option("pg19_per_doc", int, 1, "consecutive passages per document (the paper: 2)"),
         Option("pg19_chunk", int, DEFAULT_CHUNK, "positions per LM-head chunk (memory only)", False),
     )
+    truncation = "each passage is --len tokens of its document from meta.offset (the rest is not read)"
 
     def tasks(self) -> list[str]:
         return ["pg19"]
@@ -389,6 +400,22 @@ class PG19(Benchmark):
             "tokens": float(output["tokens"]),
             "tokens_last_quarter": float(output["tokens_last_quarter"]),
         }
+
+    def resample(
+        self, task: str, scores: Sequence[Mapping[str, float]], counts: np.ndarray, metric: str
+    ) -> np.ndarray:
+        """``aggregate`` over resamples of the passages: token-weighted, as the headline is (a passage drawn
+        twice counts its tokens twice)."""
+        if metric not in TOKEN_WEIGHTED:
+            return super().resample(task, scores, counts, metric)
+        nll_key, tokens_key, as_ppl = TOKEN_WEIGHTED[metric]
+        nll = np.array([s[nll_key] for s in scores], dtype=np.float64)
+        tokens = np.array([s[tokens_key] for s in scores], dtype=np.float64)
+        weights = np.asarray(counts, dtype=np.float64)
+        mean_nll = (weights @ (nll * tokens)) / np.maximum(weights @ tokens, 1.0)
+        if not as_ppl:
+            return mean_nll
+        return np.where(mean_nll < 700, np.exp(np.minimum(mean_nll, 700.0)), math.inf)
 
     def aggregate(self, task: str, scores: Sequence[dict[str, float]]) -> dict[str, float]:
         """Token-weighted: PPL = exp(sum of NLL / number of predicted tokens) over all passages."""

@@ -47,6 +47,15 @@ class TaskScore:
     seconds: float
     revisions: set[str] = field(default_factory=set)
     prompt_tokens: list[int] = field(default_factory=list)
+    sample_ids: list[str] = field(default_factory=list)  # the samples behind it (what the bootstrap draws)
+    sample_scores: list[dict[str, float]] = field(default_factory=list, repr=False)  # in the same order
+
+    def ordered_ids(self) -> tuple[str, ...]:
+        """The sample ids, sorted: the order the bootstrap draws them in (the same for every variant)."""
+        return tuple(sorted(self.sample_ids))
+
+    def scores_by_id(self) -> dict[str, dict[str, float]]:
+        return dict(zip(self.sample_ids, self.sample_scores, strict=True))
 
     @property
     def metric(self) -> str:
@@ -174,9 +183,24 @@ def task_scores(
                 seconds=sum(float(r.get("seconds") or 0.0) for r in items),
                 revisions={str(r.get("git", "unknown")) for r in items},
                 prompt_tokens=[int(r["prompt_tokens"]) for r in items if r.get("prompt_tokens") is not None],
+                sample_ids=unique_sample_ids(items),
+                sample_scores=[r["scores"] for r in items],
             )
         )
     return out
+
+
+def unique_sample_ids(items: Sequence[dict[str, Any]]) -> list[str]:
+    """The records' sample ids, made unique within a cell: a cell that holds runs of several seeds (or
+    method configs) names each sample by its seed (then its job) too, so pairs still match across
+    variants."""
+    ids = [str(r["sample_id"]) for r in items]
+    if len(set(ids)) == len(ids):
+        return ids
+    ids = [f"{r['sample_id']}|seed={r.get('seed')}" for r in items]
+    if len(set(ids)) == len(ids):
+        return ids
+    return [f"{r['sample_id']}|{r['job_key']}" for r in items]
 
 
 def variant_labels(variants: Iterable[Variant]) -> dict[Variant, str]:
@@ -208,6 +232,13 @@ def method_order(variants: Iterable[Variant], preferred: Sequence[str] = ()) -> 
     lampe_last = sorted(set(variants), key=rank)
     others = [v for v in lampe_last if v.method != "lampe"]
     return others + [v for v in lampe_last if v.method == "lampe"]
+
+
+def baseline_variant(variants: Iterable[Variant]) -> Variant | None:
+    """The baseline of comparisons: ``rope`` (the unmodified model) without explicit parameters, else
+    the first ``rope`` variant; None when rope did not run."""
+    ropes = sorted((v for v in variants if v.method == "rope"), key=lambda v: (v.params != "{}", v.params))
+    return ropes[0] if ropes else None
 
 
 def mean(values: Sequence[float]) -> float:

@@ -17,7 +17,14 @@ tasks               number of tasks with results
 samples             number of samples behind the score
 seconds_per_sample  mean wall time of a sample
 git                 code revision(s) that produced the samples, ``;``-separated
+stderr              bootstrap standard error of ``score`` (empty: intervals off, or under 2 samples)
+ci_low              lower end of its 95% bootstrap interval (samples resampled per task)
+ci_high             upper end of it
 ==================  ==========================================================================
+
+``comparisons.csv`` (:func:`comparison_rows`) holds, per row, the paired comparisons with the baseline
+(``rope``) and with the best other method of the same model, benchmark and length, with the resample
+count and seed.
 """
 
 from __future__ import annotations
@@ -30,7 +37,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from ..lengths import format_length
-from .data import TaskScore, mean, method_order, variant_labels
+from .data import TaskScore, Variant, baseline_variant, mean, method_order, variant_labels
+from .uncertainty import Bootstrap, Difference
 
 LEADERBOARD_COLUMNS = [
     "model",
@@ -47,23 +55,50 @@ LEADERBOARD_COLUMNS = [
     "samples",
     "seconds_per_sample",
     "git",
+    "stderr",
+    "ci_low",
+    "ci_high",
 ]
 
+COMPARISON_COLUMNS = [
+    "model", "benchmark", "length", "length_label", "metric", "higher_is_better", "variant", "score",
+    "versus_role", "versus", "versus_score", "diff", "diff_ci_low", "diff_ci_high", "p_value", "significant",
+    "pairs", "resamples", "seed",
+]  # fmt: skip
 
-def leaderboard_rows(scores: Sequence[TaskScore]) -> list[dict[str, object]]:
+
+def _groups(scores: Sequence[TaskScore]) -> list[tuple[tuple[str, Variant, str, int], list[TaskScore]]]:
+    """(model, variant, benchmark, length) -> its task results, in the leaderboard's order."""
     groups: dict[tuple, list[TaskScore]] = defaultdict(list)
     for s in scores:
         groups[(s.model, s.variant, s.benchmark, s.length)].append(s)
-    labels = variant_labels(s.variant for s in scores)
     order = {v: i for i, v in enumerate(method_order({s.variant for s in scores}))}
+    return sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][2], kv[0][3], order[kv[0][1]]))
+
+
+def _score(items: Sequence[TaskScore]) -> float | None:
+    values = [s.score for s in items if not math.isnan(s.score)]
+    return mean(values) if values else None
+
+
+def _parts(items: Sequence[TaskScore]) -> list[TaskScore]:
+    return [s for s in items if not math.isnan(s.score)]
+
+
+def _rounded(value: float | None) -> object:
+    return "" if value is None or not math.isfinite(value) else round(value, 6)
+
+
+def leaderboard_rows(
+    scores: Sequence[TaskScore], bootstrap: Bootstrap | None = None
+) -> list[dict[str, object]]:
+    labels = variant_labels(s.variant for s in scores)
     rows = []
-    for (model, variant, benchmark, length), items in sorted(
-        groups.items(), key=lambda kv: (kv[0][0], kv[0][2], kv[0][3], order[kv[0][1]])
-    ):
+    for (model, variant, benchmark, length), items in _groups(scores):
         metric = items[0].metric
         samples = sum(s.samples for s in items)
-        values = [s.score for s in items if not math.isnan(s.score)]
-        score = mean(values) if values else None
+        score = _score(items)
+        interval = bootstrap.interval_of(_parts(items)) if bootstrap and score is not None else None
         rows.append(
             {
                 "model": model,
@@ -80,14 +115,81 @@ def leaderboard_rows(scores: Sequence[TaskScore]) -> list[dict[str, object]]:
                 "samples": samples,
                 "seconds_per_sample": round(sum(s.seconds for s in items) / samples, 6) if samples else "",
                 "git": ";".join(sorted(set().union(*(s.revisions for s in items)))),
+                "stderr": _rounded(interval.stderr) if interval else "",
+                "ci_low": _rounded(interval.low) if interval else "",
+                "ci_high": _rounded(interval.high) if interval else "",
             }
         )
     return rows
 
 
-def leaderboard_csv(scores: Sequence[TaskScore]) -> str:
+def leaderboard_csv(scores: Sequence[TaskScore], bootstrap: Bootstrap | None = None) -> str:
+    return _csv(LEADERBOARD_COLUMNS, leaderboard_rows(scores, bootstrap))
+
+
+def comparison_rows(scores: Sequence[TaskScore], bootstrap: Bootstrap) -> list[dict[str, object]]:
+    """Per leaderboard row: the paired comparison with the baseline and with the best other variant of
+    the same model, benchmark and length (``diff`` = this variant - the other)."""
+    labels = variant_labels(s.variant for s in scores)
+    cells: dict[tuple[str, str, int], list[tuple[Variant, list[TaskScore], float]]] = defaultdict(list)
+    for (model, variant, benchmark, length), items in _groups(scores):
+        score = _score(items)
+        if score is not None and not items[0].metric_info().saturated(score):
+            cells[(model, benchmark, length)].append((variant, _parts(items), score))
+    rows = []
+    settings = bootstrap.settings
+    for (model, benchmark, length), entries in cells.items():
+        info = entries[0][1][0].metric_info()
+        base = baseline_variant(v for v, _, _ in entries)
+        for variant, parts, score in entries:
+            others = [e for e in entries if e[0] != variant]
+            versus = [("baseline", e) for e in entries if e[0] == base and variant != base]
+            if others:
+                pick = max if info.higher_is_better else min
+                versus.append(("best other", pick(others, key=lambda e: e[2])))
+            for role, (other, other_parts, other_score) in versus:
+                difference = bootstrap.difference(parts, other_parts)
+                rows.append(
+                    {
+                        "model": model,
+                        "benchmark": benchmark,
+                        "length": length,
+                        "length_label": format_length(length),
+                        "metric": parts[0].metric,
+                        "higher_is_better": str(info.higher_is_better).lower(),
+                        "variant": labels[variant],
+                        "score": round(score, 6),
+                        "versus_role": role,
+                        "versus": labels[other],
+                        "versus_score": round(other_score, 6),
+                        **_difference_fields(difference),
+                        "resamples": settings.resamples,
+                        "seed": settings.seed,
+                    }
+                )
+    return rows
+
+
+def _difference_fields(difference: Difference) -> dict[str, object]:
+    if not difference.tested:
+        return {"diff": "", "diff_ci_low": "", "diff_ci_high": "", "p_value": "", "significant": "untested"}
+    return {
+        "diff": _rounded(difference.diff),
+        "diff_ci_low": _rounded(difference.low),
+        "diff_ci_high": _rounded(difference.high),
+        "p_value": round(difference.p, 6),
+        "significant": str(difference.significant).lower(),
+        "pairs": difference.pairs,
+    }
+
+
+def comparisons_csv(scores: Sequence[TaskScore], bootstrap: Bootstrap) -> str:
+    return _csv(COMPARISON_COLUMNS, comparison_rows(scores, bootstrap))
+
+
+def _csv(columns: list[str], rows: list[dict[str, object]]) -> str:
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=LEADERBOARD_COLUMNS, lineterminator="\n")
+    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
     writer.writeheader()
-    writer.writerows(leaderboard_rows(scores))
+    writer.writerows(rows)
     return buffer.getvalue()

@@ -42,6 +42,9 @@ from ..errors import LampeEvalError, unknown
 from ..lengths import format_length, parse_length
 from .data import TaskScore, Variant, mean
 from .tables import Cell, Table, slug
+from .uncertainty import Bootstrap, Interval, Resampled
+
+IN_INTERVAL, OUTSIDE_INTERVAL = "∈", "∉"  # the paper's number is inside / outside our interval
 
 
 def paper_table_names() -> list[str]:
@@ -142,11 +145,13 @@ def compare(
     scores: list[TaskScore],
     as_model: str | None = None,
     as_length: int | None = None,
+    bootstrap: Bootstrap | None = None,
 ) -> list[Comparison]:
     """One comparison table per block of the paper table.
 
     ``as_model`` / ``as_length``: read every block's results from this model / at this length instead
-    (smoke runs of the pipeline on a small model at a short length).
+    (smoke runs of the pipeline on a small model at a short length). ``bootstrap``: each cell also shows
+    our interval and whether the paper's number falls inside it.
     """
     index: dict[tuple[str, Variant, str, str, int], TaskScore] = {
         (s.model, s.variant, s.benchmark, s.task, s.length): s for s in scores
@@ -167,19 +172,32 @@ def compare(
             if note:
                 notes.append(note)
             ours_by_label: dict[str, float | None] = {}
+            resampled_by_label: dict[str, Resampled | None] = {}
             cells: list[Cell] = []
             for column, raw in zip(columns, row["values"], strict=True):
                 length = None
+                parts: list[TaskScore] = []
                 if "average" in column:
-                    parts = [ours_by_label.get(label) for label in column["average"]]
-                    ours = _average(parts, metric)
+                    ours = _average([ours_by_label.get(label) for label in column["average"]], metric)
+                    averaged = [resampled_by_label.get(label) for label in column["average"]]
+                    resampled = (
+                        Resampled.mean_of([r for r in averaged if r is not None])
+                        if ours is not None and averaged and None not in averaged
+                        else None
+                    )
                 else:
                     length = as_length or parse_length(cell_length_text(row, column))
-                    ours = _column_value(index, model, variant, column, length, metric)
+                    parts = _column_parts(index, model, variant, column, length)
+                    ours = mean([p.metrics.get(metric.name, p.score) for p in parts]) if parts else None
+                    resampled = bootstrap.cell(parts, metric.name) if bootstrap and parts else None
                 ours_by_label[column["label"]] = ours
+                resampled_by_label[column["label"]] = resampled
+                interval = bootstrap.interval(resampled) if bootstrap else None
                 paper = paper_value(raw)
                 diff = _difference(ours, paper, metric)
-                cells.append(Cell(ours, _cell_text(ours, paper, diff, metric)))
+                inside = interval.contains(paper) if interval and paper is not None else None
+                text = _cell_text(ours, paper, diff, metric, interval, inside)
+                cells.append(Cell(ours, text, parts=tuple(parts), interval=interval, reference=paper))
                 long_rows.append(
                     {
                         "table": spec["name"],
@@ -194,6 +212,9 @@ def compare(
                         "ours": "" if ours is None else ours,
                         "paper": "" if paper is None else (raw if isinstance(raw, str) else paper),
                         "diff": "" if diff is None else round(diff, 4),
+                        "ours_ci_low": "" if interval is None else interval.low,
+                        "ours_ci_high": "" if interval is None else interval.high,
+                        "paper_in_ci": "" if inside is None else str(inside).lower(),
                     }
                 )
             table_rows.append((row["label"], cells))
@@ -210,10 +231,7 @@ def compare(
             rows=table_rows,
             metric=metric,
             groups=[tuple(g) for g in spec.get("groups") or []],
-            notes=[
-                f"Cells: ours / paper (ours - paper). Bold: our best per column. Source: {spec.get('source')}"
-            ]
-            + sorted(set(notes)),
+            notes=[_legend(spec, bootstrap)] + sorted(set(notes)),
             corner="paper row",
         ).mark_best()
         out.append(Comparison(table, long_rows))
@@ -240,36 +258,54 @@ def _average(parts: list[float | None], metric: Metric) -> float | None:
     return mean(values)
 
 
-def _column_value(
+def _column_parts(
     index: dict[tuple[str, Variant, str, str, int], TaskScore],
     model: str,
     variant: Variant | None,
     column: dict[str, Any],
     length: int,
-    metric: Metric,
-) -> float | None:
+) -> list[TaskScore]:
+    """Our task results behind a column ([] unless every task of it has one)."""
     if variant is None:
-        return None
-    values = []
-    for task in column["tasks"]:
-        score = index.get((model, variant, column["benchmark"], task, length))
-        if score is None:
-            return None
-        values.append(score.metrics.get(metric.name, score.score))
-    return mean(values)
+        return []
+    parts = [index.get((model, variant, column["benchmark"], task, length)) for task in column["tasks"]]
+    return [p for p in parts if p is not None] if all(p is not None for p in parts) else []
 
 
-def _cell_text(ours: float | None, paper: float | None, diff: float | None, metric: Metric) -> str:
+def _cell_text(
+    ours: float | None,
+    paper: float | None,
+    diff: float | None,
+    metric: Metric,
+    interval: Interval | None = None,
+    inside: bool | None = None,
+) -> str:
     paper_text = "-" if paper is None else metric.format(paper)
     ours_text = metric.format(ours)
-    if diff is None:
-        return f"{ours_text} / {paper_text}"
-    return f"{ours_text} / {paper_text} ({diff:+.2f})"
+    if interval is not None:
+        ours_text += f" [{metric.format(interval.low)}, {metric.format(interval.high)}]"
+    text = f"{ours_text} / {paper_text}"
+    if diff is not None:
+        text += f" ({diff:+.2f})"
+    if inside is not None:
+        text += f" {IN_INTERVAL if inside else OUTSIDE_INTERVAL}"
+    return text
+
+
+def _legend(spec: dict[str, Any], bootstrap: Bootstrap | None) -> str:
+    text = "Cells: ours / paper (ours - paper). Bold: our best per column."
+    if bootstrap is not None:
+        text = (
+            f"Cells: ours [our interval] / paper (ours - paper); {IN_INTERVAL} / {OUTSIDE_INTERVAL}: the "
+            f"paper's number is inside / outside our interval ({bootstrap.settings.describe()}; none "
+            "under 2 samples). Bold: our best per column."
+        )
+    return f"{text} Source: {spec.get('source')}"
 
 
 COMPARISON_CSV_COLUMNS = [
     "table", "block", "paper_model", "model", "row", "method", "variant", "length", "column",
-    "ours", "paper", "diff",
+    "ours", "paper", "diff", "ours_ci_low", "ours_ci_high", "paper_in_ci",
 ]  # fmt: skip
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -189,23 +190,31 @@ def plot_by_bucket(
     return path
 
 
+@dataclass(frozen=True)
+class Plot:
+    path: Path
+    benchmarks: tuple[str, ...]  # what it shows
+    caption: str
+
+
 def make_plots(
     scores: Sequence[TaskScore],
     records: Sequence[dict[str, Any]],
     out: Path,
     *,
     edges: Sequence[int] | None = None,
-) -> list[Path]:
-    paths: list[Path] = []
+) -> list[Plot]:
+    plots: list[Plot] = []
     for benchmark in sorted({s.benchmark for s in scores}):
         lengths = {s.length for s in scores if s.benchmark == benchmark}
         if len(lengths) >= 2:
             made = plot_by_length(scores, benchmark, out / f"{benchmark}-by-length.png")
             if made:
-                paths.append(made)
+                plots.append(Plot(made, (benchmark,), f"{benchmark}: score by context length, per method"))
     present = [b for b in bucket_benchmarks() if any(r.get("benchmark") == b for r in records)]
     if present:
         made = plot_by_bucket(records, present, out / f"{'-'.join(present)}-by-bucket.png", edges)
         if made:
-            paths.append(made)
-    return paths
+            what = ", ".join(present)
+            plots.append(Plot(made, tuple(present), f"{what}: mean score by input-length bucket, per method"))
+    return plots

@@ -10,6 +10,11 @@ Generic tables from any results, per benchmark and model:
 
 The best value of each column is bold (highest, or lowest where the metric says lower is better);
 values past a metric's cap print as its ``cap_text`` and are not ranked or averaged.
+
+With a :class:`~lampe_eval.report.uncertainty.Bootstrap` (:func:`add_uncertainty`) every cell gets its
+95% interval, printed ``value [low, high]``, and is compared, on the samples both ran, with the baseline
+row (``rope``) and with the best other row of its column: ``≈`` marks a cell not significantly different
+from the best other method, ``†`` one not significantly different from the baseline (a footnote says so).
 """
 
 from __future__ import annotations
@@ -24,7 +29,11 @@ from dataclasses import dataclass, field
 
 from ..benchmarks.base import Metric, benchmark_class, metric_of
 from ..lengths import format_length
-from .data import TaskScore, Variant, mean, method_order, variant_labels
+from .data import TaskScore, Variant, baseline_variant, mean, method_order, variant_labels
+from .uncertainty import Bootstrap, Difference, Interval
+
+SAME_AS_BEST = "≈"  # not significantly different from the best other method of the column
+SAME_AS_BASELINE = "†"  # not significantly different from the baseline (rope)
 
 
 @dataclass
@@ -32,6 +41,13 @@ class Cell:
     value: float | None = None
     text: str | None = None  # shown instead of the formatted value (e.g. "ours / paper (diff)")
     bold: bool = False
+    parts: tuple[TaskScore, ...] = field(default=(), repr=False)  # the task results it averages
+    interval: Interval | None = None
+    vs_baseline: Difference | None = None
+    vs_best: Difference | None = None
+    best_other: str = ""  # the row vs_best compares with
+    marks: str = ""  # SAME_AS_BEST / SAME_AS_BASELINE
+    reference: float | None = None  # a number to show against the interval (the paper's)
 
 
 @dataclass
@@ -44,6 +60,9 @@ class Table:
     groups: list[tuple[str, int]] = field(default_factory=list)  # spanning header: (label, columns)
     notes: list[str] = field(default_factory=list)
     corner: str = "method"
+    value_key: str = ""  # the metric its cells average ("": each task's headline)
+    baseline: str | None = None  # the baseline row's label (paired comparisons)
+    section: str = ""  # what it belongs to in a report ("benchmark | model")
 
     @property
     def higher_is_better(self) -> bool:
@@ -51,6 +70,13 @@ class Table:
 
     def text(self, cell: Cell) -> str:
         return cell.text if cell.text is not None else self.metric.format(cell.value)
+
+    def suffix(self, cell: Cell) -> str:
+        """What follows the value: `` [low, high]`` and the significance marks."""
+        out = ""
+        if cell.interval is not None and cell.text is None:
+            out += f" [{self.metric.format(cell.interval.low)}, {self.metric.format(cell.interval.high)}]"
+        return out + (f" {cell.marks}" if cell.marks else "")
 
     def mark_best(self, skip_rows: Sequence[str] = ()) -> Table:
         """Bold the best value of each column (ties: all of them); rows in ``skip_rows`` compete not."""
@@ -82,7 +108,7 @@ def to_markdown(table: Table) -> str:
     out.append("| " + " | ".join(header) + " |")
     out.append("|" + "|".join([":---"] + ["---:"] * len(table.columns)) + "|")
     for label, cells in table.rows:
-        texts = [f"**{table.text(c)}**" if c.bold else table.text(c) for c in cells]
+        texts = [(f"**{table.text(c)}**" if c.bold else table.text(c)) + table.suffix(c) for c in cells]
         out.append("| " + " | ".join([label, *texts]) + " |")
     out += [f"\n{note}" for note in table.notes]
     return "\n".join(out) + "\n"
@@ -96,11 +122,22 @@ def latex_escape(text: str) -> str:
 
 
 _POWER = re.compile(r"([<>]?\d+\^\d+)")  # a metric's cap text such as 10^k: math mode in LaTeX
+_SYMBOLS = {"≈": r"$\approx$", "†": r"$^\dagger$", "∈": r"$\in$", "∉": r"$\notin$"}
+
+
+def latex_text(text: str) -> str:
+    """Escaped, with cap texts and the report's marks in math mode."""
+    text = _POWER.sub(r"$\1$", latex_escape(text))
+    return re.sub("|".join(_SYMBOLS), lambda m: _SYMBOLS[m.group()], text)
 
 
 def _latex_cell(table: Table, cell: Cell) -> str:
-    text = _POWER.sub(r"$\1$", latex_escape(table.text(cell)))
-    return rf"\textbf{{{text}}}" if cell.bold else text
+    text = latex_text(table.text(cell))
+    suffix = latex_text(table.suffix(cell))
+    if cell.interval is not None and cell.text is None:  # the interval small, the marks as they are
+        bracket, _, marks = suffix.partition("]")
+        suffix = rf"\,{{\scriptsize{bracket}]}}{marks}"
+    return (rf"\textbf{{{text}}}" if cell.bold else text) + suffix
 
 
 def to_latex(table: Table) -> str:
@@ -132,7 +169,22 @@ def to_latex(table: Table) -> str:
     return "\n".join(out) + "\n"
 
 
-CSV_COLUMNS = ["table", "row", "column", "value", "text", "bold"]
+CSV_COLUMNS = [
+    "table", "row", "column", "value", "text", "bold",
+    # appended with the intervals: the cell's interval, its marks, and the paired differences (row - other)
+    "ci_low", "ci_high", "stderr", "marks",
+    "vs_baseline_diff", "vs_baseline_p", "best_other", "vs_best_diff", "vs_best_p",
+]  # fmt: skip
+
+
+def _number(value: float | None) -> str:
+    return "" if value is None or math.isnan(value) else repr(float(value))
+
+
+def _difference_columns(difference: Difference | None) -> list[str]:
+    if difference is None or not difference.tested:
+        return ["", ""]
+    return [_number(difference.diff), f"{difference.p:.4g}"]
 
 
 def to_csv(tables: Sequence[Table]) -> str:
@@ -143,8 +195,15 @@ def to_csv(tables: Sequence[Table]) -> str:
     for table in tables:
         for label, cells in table.rows:
             for column, cell in zip(table.columns, cells, strict=True):
-                value = "" if cell.value is None or math.isnan(cell.value) else repr(float(cell.value))
-                writer.writerow([table.key, label, column, value, table.text(cell), int(cell.bold)])
+                interval = cell.interval
+                writer.writerow(
+                    [table.key, label, column, _number(cell.value), table.text(cell), int(cell.bold)]
+                    + ([_number(interval.low), _number(interval.high)] if interval else ["", ""])
+                    + [_number(interval.stderr) if interval else "", cell.marks]
+                    + _difference_columns(cell.vs_baseline)
+                    + [cell.best_other if cell.vs_best else ""]
+                    + _difference_columns(cell.vs_best)
+                )
     return buffer.getvalue()
 
 
@@ -188,7 +247,9 @@ def own_table_metrics(benchmark: str) -> list[str]:
     return [m.name for m in cls.metrics if m.own_table] if cls else []
 
 
-def generic_tables(scores: Sequence[TaskScore]) -> list[Table]:
+def generic_tables(scores: Sequence[TaskScore], bootstrap: Bootstrap | None = None) -> list[Table]:
+    """The tables of every benchmark and model; with ``bootstrap`` each cell also gets its interval and
+    paired comparisons (:func:`add_uncertainty`)."""
     index: dict[tuple[str, str], dict[tuple[Variant, int], dict[str, TaskScore]]] = defaultdict(
         lambda: defaultdict(dict)
     )
@@ -201,9 +262,12 @@ def generic_tables(scores: Sequence[TaskScore]) -> list[Table]:
         lengths = sorted({length for _, length in cells})
         variants = method_order({v for v, _ in cells})
         labels = variant_labels(variants)
+        base = baseline_variant(variants)
+        baseline = labels[base] if base else None
         names = {ts.metric for per in cells.values() for ts in per.values()}
         # tasks with different headlines (mixed scorers) share one 0-100 "score"
         metric = metric_of(benchmark, names.pop()) if len(names) == 1 else Metric("score")
+        mine: list[Table] = []
         if len(tasks) > 1:
             for length in lengths:
                 rows = []
@@ -211,27 +275,41 @@ def generic_tables(scores: Sequence[TaskScore]) -> list[Table]:
                     per = cells.get((v, length))
                     if not per:
                         continue
-                    row = [Cell(per[t].score if t in per else None) for t in tasks]
-                    row.append(Cell(benchmark_score(per, tasks)))
+                    row = [Cell(per[t].score, parts=(per[t],)) if t in per else Cell() for t in tasks]
+                    row.append(_average_cell(benchmark_score(per, tasks), per, tasks))
                     rows.append((labels[v], row))
-                tables.append(
+                mine.append(
                     Table(
                         key=slug(benchmark, model, format_length(length)),
                         title=f"{benchmark} | {model} | {format_length(length)} ({metric.name}, by task)",
                         columns=[*tasks, "Avg."],
                         rows=rows,
                         metric=metric,
+                        baseline=baseline,
                     ).mark_best()
                 )
-        tables.append(by_length_table(benchmark, model, cells, tasks, variants, labels, metric))
+        mine.append(by_length_table(benchmark, model, cells, tasks, variants, labels, metric))
         results = [ts for per in cells.values() for ts in per.values()]
         for extra in own_table_metrics(benchmark):
             if all(extra in ts.metrics for ts in results):
                 extra_metric = metric_of(benchmark, extra)
-                tables.append(
+                mine.append(
                     by_length_table(benchmark, model, cells, tasks, variants, labels, extra_metric, key=extra)
                 )
+        for table in mine:
+            table.baseline = baseline
+            table.section = f"{benchmark} | {model}"
+            if bootstrap is not None:
+                add_uncertainty(table, bootstrap)
+        tables.extend(mine)
     return tables
+
+
+def _average_cell(value: float | None, per: dict[str, TaskScore], tasks: Sequence[str]) -> Cell:
+    """A cell averaging the tasks' results (no parts when one is missing: then it has no value either)."""
+    if value is None:
+        return Cell()
+    return Cell(value, parts=tuple(per[t] for t in tasks))
 
 
 def by_length_table(
@@ -248,8 +326,13 @@ def by_length_table(
     lengths = sorted({length for _, length in cells})
     rows = []
     for v in variants:
-        row = [Cell(benchmark_score(cells.get((v, n), {}), tasks, key)) for n in lengths]
-        row.append(Cell(lengths_average([c.value for c in row], metric)))
+        row = []
+        for n in lengths:
+            per = cells.get((v, n), {})
+            row.append(_average_cell(benchmark_score(per, tasks, key), per, tasks))
+        average = lengths_average([c.value for c in row], metric)
+        every = tuple(p for c in row for p in c.parts)
+        row.append(Cell(average, parts=every) if average is not None else Cell())
         rows.append((labels[v], row))
     what = metric.name if len(tasks) == 1 else f"mean {metric.name} over {len(tasks)} tasks"
     return Table(
@@ -258,7 +341,70 @@ def by_length_table(
         columns=[*(format_length(n) for n in lengths), "Avg."],
         rows=rows,
         metric=metric,
+        value_key=key,
     ).mark_best()
+
+
+# -------------------------------------------------------------------------------------- uncertainty
+def _ranked(table: Table, cell: Cell) -> bool:
+    """A cell that takes part in comparisons: a number within the metric's cap, with its results."""
+    value = cell.value
+    if not cell.parts or value is None or math.isnan(value):
+        return False
+    return not table.metric.saturated(value)
+
+
+def _best(table: Table, cells: Sequence[tuple[str, Cell]]) -> tuple[str, Cell]:
+    pick = max if table.higher_is_better else min
+    return pick(cells, key=lambda item: float(item[1].value))  # type: ignore[arg-type]
+
+
+def add_uncertainty(table: Table, bootstrap: Bootstrap) -> Table:
+    """Every cell's interval; each ranked cell compared with the baseline row and with the best other
+    row of its column (paired, on the samples both ran); marks and a footnote for what is not
+    significant."""
+    key = table.value_key
+    marked: set[str] = set()
+    for c in range(len(table.columns)):
+        column = [(label, cells[c]) for label, cells in table.rows]
+        for _, cell in column:
+            if cell.parts and cell.value is not None:
+                cell.interval = bootstrap.interval_of(cell.parts, key)
+        ranked = [(label, cell) for label, cell in column if _ranked(table, cell)]
+        base = next((cell for label, cell in ranked if label == table.baseline), None)
+        for label, cell in ranked:
+            if base is not None and label != table.baseline:
+                cell.vs_baseline = bootstrap.difference(cell.parts, base.parts, key)
+                if not cell.vs_baseline.significant:
+                    cell.marks += SAME_AS_BASELINE
+            others = [(other, c2) for other, c2 in ranked if other != label]
+            if others:
+                cell.best_other, best = _best(table, others)
+                cell.vs_best = bootstrap.difference(cell.parts, best.parts, key)
+                if not cell.vs_best.significant:
+                    cell.marks = SAME_AS_BEST + cell.marks
+            marked.update(cell.marks)
+    table.notes.append(uncertainty_note(bootstrap, table.baseline, marked))
+    return table
+
+
+def uncertainty_note(bootstrap: Bootstrap, baseline: str | None, marks: set[str]) -> str:
+    """The footnote: what the brackets and the marks mean, and how they were computed."""
+    text = (
+        f"[low, high]: {bootstrap.settings.describe()}; tasks and lengths are resampled separately; "
+        "no interval under 2 samples."
+    )
+    said = []
+    if SAME_AS_BEST in marks:
+        said.append(f"{SAME_AS_BEST}: not significantly different from the best other method of its column")
+    if SAME_AS_BASELINE in marks and baseline:
+        said.append(f"{SAME_AS_BASELINE}: not significantly different from {baseline}")
+    if said:
+        text += (
+            " " + "; ".join(said) + f" (paired bootstrap of the difference on the samples both ran, "
+            f"{bootstrap.settings.level:.0%}; fewer than 2 common samples: not tested, marked)."
+        )
+    return text
 
 
 def lengths_average(values: Sequence[float | None], metric: Metric) -> float | None:

@@ -13,8 +13,10 @@ Record fields (one JSON object per line; readers must ignore fields they do not 
 - ``model``, ``method``, ``method_params`` (the resolved parameters), ``method_label``,
   ``variant_params`` (the parameters set explicitly: they name the method's variant in reports)
 - ``benchmark``, ``task``, ``length`` (target tokens), ``seed``, ``limit``
-- ``prompt_tokens`` (tokens actually given to the model), ``references``, ``output`` (the
-  benchmark's raw output: ``prediction``, token counts, timings, ...), ``prediction``
+- ``prompt_tokens`` (tokens actually given to the model), ``prompt_hash`` (a hash of what the model
+  received: ``lampe-eval show-prompt`` prints the same hash for the rebuilt sample), ``prompt_excerpt``
+  (``{"head", "tail", "chars"}``: the prompt's first and last characters and its length),
+  ``references``, ``output`` (the benchmark's raw output: ``prediction``, token counts, timings, ...)
 - ``scores`` (per-sample metrics, 0-100; the first key is the headline), ``seconds`` (wall time of
   the sample), ``time`` (unix time of the write)
 - ``git`` (short revision of the code), ``versions`` (torch, transformers), ``worker``, ``device``,
@@ -65,9 +67,13 @@ def check_record(record: dict[str, Any]) -> str | None:
         isinstance(v, (int, float)) and not isinstance(v, bool) for v in scores.values()
     ):
         return f"'scores' must map metric names to numbers, got {scores!r}"
-    fingerprint = record.get("sample_fingerprint")
-    if fingerprint is not None and not isinstance(fingerprint, str):
-        return f"'sample_fingerprint' must be a string, got {fingerprint!r}"
+    for name in ("sample_fingerprint", "prompt_hash"):
+        value = record.get(name)
+        if value is not None and not isinstance(value, str):
+            return f"{name!r} must be a string, got {value!r}"
+    excerpt = record.get("prompt_excerpt")
+    if excerpt is not None and not isinstance(excerpt, dict):
+        return f"'prompt_excerpt' must be an object, got {excerpt!r}"
     return None
 
 

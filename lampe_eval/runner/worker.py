@@ -239,6 +239,8 @@ class Worker:
                 "data_dir": job.data_dir,
                 "sample_fingerprint": fingerprint,
                 "prompt_tokens": prompt_tokens,
+                "prompt_hash": sample.prompt_hash(),
+                "prompt_excerpt": sample.prompt_excerpt(),
                 "references": sample.references,
                 "output": output,
                 "scores": scores,

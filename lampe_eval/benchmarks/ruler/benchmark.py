@@ -206,6 +206,7 @@ class RulerBenchmark(Benchmark):
         Option("essay_dataset", str, DEFAULT_ESSAY_DATASET, "datasets id of the essays (hub access)"),
         Option("cache", bool, True, "keep generated samples on disk (false: in memory only)", False),
     )
+    truncation = "never: the haystack is generated to fit --len minus the answer budget"
 
     def tasks(self) -> list[str]:
         return list(load_config().tasks)

@@ -1,0 +1,85 @@
+"""Synthetic results stores for report tests: records of the ``fake`` benchmark (tests/fakebench.py) and
+PG-19-shaped records, with seeded noise, built in memory (no model runs)."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+from typing import Any
+
+import tests.fakebench  # noqa: F401  (registers "fake")
+from lampe_eval.runner.store import RECORDS_FILE
+
+MODEL = "smollm2-135m"
+HOSTILE = '</script><script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
+
+
+def record(
+    method: str, benchmark: str, task: str, length: int, i: int, scores: dict[str, float], **extra: Any
+):
+    params = extra.pop("variant_params", {})
+    return {
+        "key": f"{method}{params}-{benchmark}-{task}-{length}:{i}",
+        "job_key": f"{method}{params}-{benchmark}-{task}-{length}",
+        "sample_id": f"{task}-{i}",
+        "index": i,
+        "model": MODEL,
+        "method": method,
+        "method_params": {},
+        "variant_params": params,
+        "benchmark": benchmark,
+        "task": task,
+        "length": length,
+        "seed": 0,
+        "prompt_tokens": length - 8,
+        "prompt_hash": f"{i:016x}",
+        "prompt_excerpt": {"head": f"Question {i}: <what> & why?", "tail": "", "chars": 26},
+        "references": [f"gold {i} <b>&</b>"],
+        "output": {"prediction": HOSTILE if i == 0 else f"answer {i}"},
+        "scores": scores,
+        "seconds": 1.0,
+        "git": "abc1234",
+        **extra,
+    }
+
+
+def pg19_scores(nll: float, tokens: int) -> dict[str, float]:
+    tail = nll + 0.1
+    return {
+        "ppl": math.exp(nll),
+        "ppl_last_quarter": math.exp(tail),
+        "nll": nll,
+        "nll_last_quarter": tail,
+        "tokens": float(tokens),
+        "tokens_last_quarter": float(tokens // 4),
+    }
+
+
+# fake benchmark: probability of a correct answer per method (rope and selfextend alike, lampe better)
+ACCURACY = {"rope": 0.40, "selfextend": 0.42, "lampe": 0.80}
+# PG-19: mean NLL shift per method at the longer length (rope far worse; dca and lampe alike, the best)
+NLL_SHIFT = {"rope": 1.5, "selfextend": 0.0, "dca": -0.3, "lampe": -0.3}
+
+
+def write_store(out: Path, samples: int = 12, seed: int = 0) -> Path:
+    """``out/records.jsonl`` (written at once: the store's per-record fsync would make big stores slow)."""
+    rng = random.Random(seed)
+    records: list[dict[str, Any]] = []
+    for method, p in ACCURACY.items():
+        for task in ("alpha", "beta"):
+            for length in (1024, 2048):
+                for i in range(samples):
+                    correct = rng.random() < p - (0.1 if length == 2048 else 0.0)
+                    records.append(record(method, "fake", task, length, i, {"acc": 100.0 * correct}))
+    for method, shift in NLL_SHIFT.items():
+        for length in (4096, 8192):
+            for i in range(samples):
+                nll = 2.0 + 0.05 * (i % 12) + (shift if length == 8192 else 0.0) + rng.gauss(0, 0.001)
+                tokens = length - 1 - 64 * (i % 3)  # passages of different lengths: the weighting matters
+                records.append(record(method, "pg19", "pg19", length, i, pg19_scores(nll, tokens)))
+    out.mkdir(parents=True, exist_ok=True)
+    lines = (json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in records)
+    (out / RECORDS_FILE).write_text("".join(lines), encoding="utf-8")
+    return out
