@@ -99,8 +99,9 @@ def finish_and_check(out: Path, mode: str, kills: int) -> None:
 def test_sigkill_and_ctrl_c_inline_worker_then_resume(tmp_path):
     rng = random.Random(1)
     out = tmp_path / "store"
-    # 1) Ctrl-C: a clean stop with exit code 130, finished samples kept.
-    proc = start(out, "1")
+    # 1) Ctrl-C: a clean stop with exit code 130, finished samples kept (slow samples, so that a loaded
+    # machine cannot finish the run before the signal lands)
+    proc = start(out, "1", delay=1.0)
     wait_for_records(out, proc, 0)
     proc.send_signal(signal.SIGINT)
     stdout, _ = proc.communicate(timeout=60)
