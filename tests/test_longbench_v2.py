@@ -17,9 +17,10 @@ from lampe_eval.errors import LampeEvalError, MissingDataError
 from lampe_eval.models import LoadedModel, tiny_llama
 
 RECORD = {
-    "_id": "r1", "domain": "Single-Document QA", "sub_domain": "Legal", "difficulty": "hard", "length": "medium",
-    "question": "  Who signed?  ", "choice_A": " Ann ", "choice_B": "Bob", "choice_C": "Cid", "choice_D": "Dee",
-    "answer": "B", "context": "\n Bob signed the contract on Monday. \n",
+    "_id": "r1", "domain": "Single-Document QA", "sub_domain": "Legal", "difficulty": "hard",
+    "length": "medium", "question": "  Who signed?  ", "choice_A": " Ann ", "choice_B": "Bob",
+    "choice_C": "Cid", "choice_D": "Dee", "answer": "B",
+    "context": "\n Bob signed the contract on Monday. \n",
 }  # fmt: skip
 
 
@@ -132,7 +133,8 @@ def test_aggregate_is_result_py_and_the_summary_its_row() -> None:
     aggregate = bench.aggregate("longbench_v2", scores)
     # 2/3 -> 66.7 (x100, 1 decimal); no medium question -> no medium column
     assert aggregate == {
-        "accuracy": 66.7, "accuracy_easy": 100.0, "accuracy_hard": 50.0, "accuracy_short": 50.0, "accuracy_long": 100.0,
+        "accuracy": 66.7, "accuracy_easy": 100.0, "accuracy_hard": 50.0, "accuracy_short": 50.0,
+        "accuracy_long": 100.0,
     }  # fmt: skip
     assert bench.summarize_aggregates({"longbench_v2": aggregate}) == {
         "Overall": 66.7, "Easy": 100.0, "Hard": 50.0, "Short": 50.0, "Long": 100.0,
