@@ -292,6 +292,9 @@ def test_offline_without_data_says_how_to_provide_it(lm: LoadedModel) -> None:
         bench.check_job("qa1", 4096, {"fixture": "true", "source": "hub"}, None)
     with pytest.raises(LampeEvalError, match="source=web: choose one of auto, dir, hub, generate"):
         bench.check_job("qa1", 4096, {"source": "web"}, None)
+    for name in ("babilong_dir", "background_dir"):
+        with pytest.raises(MissingDataError, match=f"{name}=/nonexistent is not a directory"):
+            bench.check_job("qa1", 4096, {name: "/nonexistent"}, None)
 
 
 def test_too_short_a_length_is_one_line(lm: LoadedModel, books: Path) -> None:

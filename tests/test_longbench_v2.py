@@ -189,6 +189,8 @@ def test_cot_and_no_context_modes(lm: LoadedModel) -> None:
     assert "printing house" not in sample.prompt and "What is the single, most likely answer" in sample.prompt
     with pytest.raises(LampeEvalError, match="choose one of"):
         bench.check_job("longbench_v2", 4096, {"cot": "true", "no_context": "true"}, None)
+    with pytest.raises(MissingDataError, match="longbench_v2_dir=/nonexistent is not a directory"):
+        bench.check_job("longbench_v2", 4096, {"longbench_v2_dir": "/nonexistent"}, None)
 
 
 def test_cot_is_two_steps(lm: LoadedModel, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -17,7 +17,7 @@ returned source string in every sample's ``meta["data_source"]``.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +79,13 @@ def require_fixture(benchmark: str, task: str) -> resources.Resource:
     if path is None:
         raise MissingDataError(f"no {benchmark} fixture for task {task!r} ({relative}, package data)")
     return path
+
+
+def require_directories(benchmark: str, values: Mapping[str, Any], names: Sequence[str]) -> None:
+    """A directory option that is set must name an existing directory (checked before any model loads)."""
+    for name in names:
+        if values.get(name) is not None and not Path(values[name]).expanduser().is_dir():
+            raise MissingDataError(f"{benchmark}: {name}={values[name]} is not a directory")
 
 
 def load_task_records(

@@ -39,7 +39,7 @@ from ..generation import greedy_generate
 from ..models import LoadedModel
 from ..options import Option
 from .base import BENCHMARKS, Benchmark, Metric, Sample, SampleContext
-from .datafiles import FIXTURE_OPTION, load_task_records, require_fixture
+from .datafiles import FIXTURE_OPTION, load_task_records, require_directories, require_fixture
 from .tables import load_table, mapping
 
 FIELDS = ("_id", "difficulty", "length", "question", "choice_A", "choice_B", "choice_C", "choice_D", "answer")
@@ -175,6 +175,7 @@ class LongBenchV2(Benchmark):
         values = self.typed_options(options)
         if values["cot"] and values["no_context"]:
             raise LampeEvalError("longbench_v2: choose one of --opt cot=true and --opt no_context=true")
+        require_directories("longbench_v2", values, ["longbench_v2_dir"])
         if values["fixture"]:
             require_fixture("longbench_v2", self.check_task(task))
 

@@ -40,7 +40,7 @@ from ...generation import prompt_token_count
 from ...models import LoadedModel, cache_dir
 from ...options import Option
 from ..base import BENCHMARKS, Benchmark, Metric, Sample, SampleContext
-from ..datafiles import FIXTURE_OPTION
+from ..datafiles import FIXTURE_OPTION, require_directories
 from ..sample_cache import cached_lines, tokenizer_fingerprint
 from .config import PROMPT_PARTS, BabilongConfig, TaskSpec, load_config
 from .data import (
@@ -247,6 +247,7 @@ class Babilong(Benchmark):
     def check_job(self, task: str, length: int, options: Mapping[str, Any], data_dir: str | None) -> None:
         task = self.check_task(task)
         values = self.typed_options(options)
+        require_directories("babilong", values, ["babilong_dir", "background_dir"])
         source = self.pick_source(task, length, values, data_dir)
         if values["fixture"]:
             relative, path = fixture_facts_path(self.config, self.config.tasks[task])
