@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -79,18 +80,15 @@ def format_input(
     return template.format(**values, context=context.strip(), question=question).strip()
 
 
+@dataclass(frozen=True)
 class PromptBuilder:
     """The prompt of one task as the model gets it, and its token count."""
 
-    def __init__(self, config: BabilongConfig, spec: TaskSpec, parts: Mapping[str, bool], lm: LoadedModel,
-                 chat_template: bool) -> None:  # fmt: skip
-        self.config, self.spec, self.parts, self.lm, self.chat_template = (
-            config,
-            spec,
-            parts,
-            lm,
-            chat_template,
-        )
+    config: BabilongConfig
+    spec: TaskSpec
+    parts: Mapping[str, bool]
+    lm: LoadedModel
+    chat_template: bool
 
     def prompt(self, context: str, question: str) -> str:
         text = format_input(self.config.template, self.spec, self.parts, context, question)
@@ -314,10 +312,10 @@ class Babilong(Benchmark):
     ) -> Iterator[Sample]:
         directories = self.directories(options, ctx.data_dir)
         facts = load_facts(self.config, builder.spec, options["fixture"], directories)
+        background_dir = str(options["background_dir"]) if options["background_dir"] else None
         background = resolve_background(
-            options["background"], options["background_dataset"],
-            str(options["background_dir"]) if options["background_dir"] else None, ctx.data_dir,
-        )  # fmt: skip
+            options["background"], options["background_dataset"], background_dir, ctx.data_dir
+        )
         data = GeneratedSet(
             builder, parse_babi(facts.text), facts.fingerprint, background, ctx.length, ctx.seed
         )
@@ -335,8 +333,10 @@ class Babilong(Benchmark):
                 "question": line["question"],
                 "prompt_tokens": line["prompt_tokens"],
             }
-            yield Sample(f"gen-{line['index']}", builder.spec.name, prompt, [line["target"]],
-                         self.config.max_new_tokens, meta)  # fmt: skip
+            sample_id = f"gen-{line['index']}"
+            yield Sample(
+                sample_id, builder.spec.name, prompt, [line["target"]], self.config.max_new_tokens, meta
+            )
 
     # --------------------------------------------------------------------------------- scoring
     def score(self, sample: Sample, output: dict[str, Any]) -> dict[str, float]:
