@@ -4,6 +4,7 @@ data sources, the CoT two-step protocol, and a run end to end (hand-computed exp
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -253,9 +254,14 @@ def test_offline_without_data_says_how_to_provide_it(
 # --------------------------------------------------------------------------- end to end
 
 
-def test_runs_end_to_end_through_the_runner(smollm2_tokenizer: Any, tmp_path: Path) -> None:
+def test_runs_end_to_end_through_the_runner(
+    smollm2_tokenizer: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The fixture with CoT through the runner on a tiny random model with SmolLM2's tokenizer: records,
-    both steps' outputs, the aggregate with its splits and the summary row."""
+    both steps' outputs, the aggregate with its splits and the summary row (short budgets: a random model
+    never stops, and 2 x 1024 tokens would dominate the test's time)."""
+    config = dataclasses.replace(v2.load_config(), max_new_tokens=6, cot_max_new_tokens=10)
+    monkeypatch.setattr(v2, "load_config", lambda: config)
     from lampe_eval.benchmarks.summaries import benchmark_summaries
     from lampe_eval.runner.experiment import Experiment
     from lampe_eval.runner.jobs import Job
@@ -273,7 +279,7 @@ def test_runs_end_to_end_through_the_runner(smollm2_tokenizer: Any, tmp_path: Pa
     records = sorted(store.records(), key=lambda r: r["index"])
     assert [r["sample_id"] for r in records] == ["fixture-0001", "fixture-0002"]
     for record in records:
-        assert "response_cot" in record["output"] and record["output"]["new_tokens"] <= 1024 + 128
+        assert "response_cot" in record["output"] and record["output"]["new_tokens"] <= 10 + 6
         assert set(record["scores"]) == {"accuracy", f"accuracy_{record['meta']['difficulty']}",
                                          f"accuracy_{record['meta']['length']}"}  # fmt: skip
     aggregate = summaries[job.key()]
