@@ -289,8 +289,12 @@ class Babilong(Benchmark):
             records, label = self._hub(dataset, name, task), f"hub:{dataset}:{name}:{task}"
         for index, record in enumerate(records[: ctx.limit]):
             prompt = builder.prompt(str(record["input"]), str(record["question"]))
-            meta = {"data_source": label, "length_name": name, "question": str(record["question"])}
-            meta["prompt_tokens"] = builder.count(prompt)
+            meta: dict[str, Any] = {
+                "data_source": label,
+                "length_name": name,
+                "question": str(record["question"]),
+                "prompt_tokens": builder.count(prompt),
+            }
             yield Sample(str(index), task, prompt, [str(record["target"])], self.config.max_new_tokens, meta)
 
     def _hub(self, dataset: str, name: str, task: str) -> list[dict[str, Any]]:
