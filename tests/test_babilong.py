@@ -14,6 +14,7 @@ import pytest
 from lampe_eval.benchmarks import datafiles, get_benchmark
 from lampe_eval.benchmarks.babilong import benchmark as babilong_benchmark
 from lampe_eval.benchmarks.babilong import compare_answers, format_input, haystack, preprocess_output
+from lampe_eval.benchmarks.babilong import data as babilong_data
 from lampe_eval.benchmarks.babilong.config import load_config
 from lampe_eval.benchmarks.babilong.data import eligible, parse_babi
 from lampe_eval.benchmarks.base import SampleContext
@@ -30,8 +31,8 @@ BOOK = " ".join(
 @pytest.fixture(autouse=True)
 def _offline(monkeypatch: pytest.MonkeyPatch) -> None:
     """The hub is unreachable in every test unless a test says otherwise."""
-    monkeypatch.setattr(datafiles, "hub_reachable", lambda: False)
-    monkeypatch.setattr(haystack, "hub_reachable", lambda: False)
+    for module in (datafiles, babilong_data, haystack):
+        monkeypatch.setattr(module, "hub_reachable", lambda: False)
 
 
 @pytest.fixture
