@@ -105,7 +105,11 @@ table-ppl-smoke: setup
 	$(call REPORT,table-ppl-smoke,ppl,--as-model smollm2-135m)
 	$(call BROWSER,table-ppl-smoke)
 
-smoke: table-ppl-smoke table-ruler-smoke table1-smoke table2-smoke
+longbench2-babilong-smoke: setup
+	$(call RUN,longbench2-babilong-smoke)
+	$(BIN)/lampe-eval report results/longbench2-babilong-smoke --format md,csv
+
+smoke: table-ppl-smoke table-ruler-smoke table1-smoke table2-smoke longbench2-babilong-smoke
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache

@@ -9,7 +9,8 @@ It must define ``tasks``, ``samples`` and ``score`` (abstract), and declare:
 - ``metrics``: every score it reports (direction, display cap, label): reports rank and print them
   from this, never from names;
 - ``options``: its ``--opt`` settings (type, default, help, whether they change results);
-- optionally ``summarize_tasks`` (a benchmark-level row: LongBench's categories, L-Eval's average),
+- optionally ``summarize_tasks`` (a benchmark-level row: LongBench's categories, L-Eval's average; or
+  ``summarize_aggregates`` when the row needs more than each task's headline),
   ``bucket_plot`` / ``input_length_key`` (the score-by-input-length plot, the paper's Figure 5),
   ``aggregate`` (task score from sample scores; default: the mean of each metric) with ``resample``
   (the same aggregate over bootstrap resamples of the samples, vectorised: reports' confidence
@@ -244,6 +245,12 @@ class Benchmark(ABC):
         if not meta["truncated"]:
             return f"not cut{size}"
         return f"cut{size}: {self.truncation or 'where the benchmark cuts'}"
+
+    def summarize_aggregates(self, aggregates: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+        """The benchmark-level row from each task's whole aggregate (a benchmark whose row needs more than
+        the headlines overrides this, e.g. LongBench v2's difficulty and length splits of its one task).
+        Default: ``summarize_tasks`` of the headlines (each aggregate's first key)."""
+        return self.summarize_tasks({t: float(next(iter(a.values()))) for t, a in aggregates.items() if a})
 
     def check_job(self, task: str, length: int, options: Mapping[str, Any], data_dir: str | None) -> None:
         """Raise a one-line LampeEvalError for a job that cannot run (checked before any model loads):

@@ -1,12 +1,13 @@
-"""Where LongBench / L-Eval records come from: local JSONL files, the Hugging Face hub, or the test fixture.
+"""Where LongBench / L-Eval records come from: local data files, the Hugging Face hub, or the test fixture.
 
 One function, :func:`load_task_records`, decides for one (benchmark, task), in this order:
 
 1. ``fixture``: the small fixture shipped as package data, ``fixtures/<benchmark>/<task>.jsonl``
    (:mod:`lampe_eval.resources`; explicit, never a silent fallback).
-2. A local file in the official record format: ``directory`` (``--opt <benchmark>_dir=DIR``) or
-   ``--data-dir DIR``, as ``DIR/<benchmark>/<file>``, ``DIR/<file>`` or ``DIR/<subdir>/<file>`` for the
-   benchmark's usual sub-folders (LongBench's ``data/`` from ``data.zip``, L-Eval's ``Closed-ended-tasks/``).
+2. A local file in the official record format (JSON Lines, or a ``.json`` array): ``directory``
+   (``--opt <benchmark>_dir=DIR``) or ``--data-dir DIR``, as ``DIR/<benchmark>/<file>``, ``DIR/<file>`` or
+   ``DIR/<subdir>/<file>`` for the benchmark's usual sub-folders (LongBench's ``data/`` from ``data.zip``,
+   L-Eval's ``Closed-ended-tasks/``).
 3. The hub through ``datasets`` when it is reachable.
 
 Otherwise a one-line :class:`MissingDataError` says how to provide the data. The caller records the
@@ -16,7 +17,7 @@ returned source string in every sample's ``meta["data_source"]``.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,21 @@ def read_jsonl(path: resources.Resource) -> list[dict[str, Any]]:
     return records
 
 
+def read_records(path: resources.Resource) -> list[dict[str, Any]]:
+    """Records of a data file: a ``.json`` file holding one JSON array of objects (LongBench v2's
+    ``data.json``, BABILong's ``qaN/<length>.json``), anything else JSON Lines."""
+    if not path.name.endswith(".json"):
+        return read_jsonl(path)
+    with path.open(encoding="utf-8") as handle:
+        try:
+            data = json.load(handle)
+        except json.JSONDecodeError as err:
+            raise MissingDataError(f"{path}: not valid JSON ({err.msg}, line {err.lineno})") from err
+    if not isinstance(data, list) or not all(isinstance(record, dict) for record in data):
+        raise MissingDataError(f"{path}: expected a JSON array of objects")
+    return data
+
+
 def hub_reachable() -> bool:
     from .ruler.haystack import hub_reachable as reachable
 
@@ -63,6 +79,13 @@ def require_fixture(benchmark: str, task: str) -> resources.Resource:
     if path is None:
         raise MissingDataError(f"no {benchmark} fixture for task {task!r} ({relative}, package data)")
     return path
+
+
+def require_directories(benchmark: str, values: Mapping[str, Any], names: Sequence[str]) -> None:
+    """A directory option that is set must name an existing directory (checked before any model loads)."""
+    for name in names:
+        if values.get(name) is not None and not Path(values[name]).expanduser().is_dir():
+            raise MissingDataError(f"{benchmark}: {name}={values[name]} is not a directory")
 
 
 def load_task_records(
@@ -89,7 +112,7 @@ def load_task_records(
             for name in file_names:
                 candidate = root / sub / name if sub else root / name
                 if candidate.is_file():
-                    return read_jsonl(candidate), f"file:{candidate}"
+                    return read_records(candidate), f"file:{candidate}"
         if explicit:
             raise MissingDataError(
                 f"{benchmark}_dir={directory}: none of {', '.join(file_names)} found there "

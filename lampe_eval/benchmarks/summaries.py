@@ -1,5 +1,6 @@
-"""Benchmark-level rows after a run: each benchmark's ``summarize_tasks(task_scores)`` (LongBench: the
-paper's six categories and averages; L-Eval: the average; {} for those without one) gives one row per
+"""Benchmark-level rows after a run: each benchmark's ``summarize_aggregates`` (by default its
+``summarize_tasks`` of the task headlines: LongBench's six categories and averages, L-Eval's average;
+LongBench v2's difficulty and length splits; {} for those without one) gives one row per
 (model, method, length)."""
 
 from __future__ import annotations
@@ -18,17 +19,17 @@ def benchmark_summaries(
 
     ``jobs`` are runner jobs (``model``, ``method``, ``method_params``, ``benchmark``, ``task``,
     ``length``, ``key()``); ``summaries`` the task aggregates by job key (headline = first metric)."""
-    groups: dict[tuple[str, str, str, str, int], dict[str, float]] = {}
+    groups: dict[tuple[str, str, str, str, int], dict[str, Mapping[str, float]]] = {}
     for job in jobs:
         scores = summaries.get(job.key())
         if not scores or job.benchmark not in BENCHMARKS:
             continue
         params = json.dumps(getattr(job, "method_params", {}), sort_keys=True, default=str)
         group = (job.benchmark, job.model, job.method, params, job.length)
-        groups.setdefault(group, {})[job.task] = float(next(iter(scores.values())))
+        groups.setdefault(group, {})[job.task] = scores
     out: dict[str, list[tuple[tuple[str, str, int], dict[str, float]]]] = {}
-    for (bench_name, model, method, _, length), task_scores in groups.items():
-        row = get_benchmark(bench_name).summarize_tasks(task_scores)
+    for (bench_name, model, method, _, length), task_aggregates in groups.items():
+        row = get_benchmark(bench_name).summarize_aggregates(task_aggregates)
         if row:
             out.setdefault(bench_name, []).append(((model, method, length), dict(row)))
     return out

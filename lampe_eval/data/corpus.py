@@ -24,6 +24,8 @@ INSTALL_HINT = "install it with: apt-get install -y bible-kjv (Debian/Ubuntu; `m
 SOURCE = "Debian package bible-kjv-text (King James Version, 1611, public domain), printed by `bible`"
 _CHAPTER = re.compile(r"^(\S.*) (\d+)$")
 _VERSE = re.compile(r"^\s+(\d+) (.*)$")
+_HEADING = re.compile(r"^\s*Chapter \d+\s*$", re.MULTILINE)
+_VERSE_NUMBER = re.compile(r"^\d+ ", re.MULTILINE)
 
 
 @dataclass
@@ -84,6 +86,12 @@ def _books() -> tuple[Book, ...]:
 def offline_books() -> list[Book]:
     """The 66 books of the KJV in canonical order (Genesis first); MissingDataError if not installed."""
     return list(_books())
+
+
+def prose(text: str) -> str:
+    """A book's text as plain prose: chapter headings and leading verse numbers removed (no-ops for a text
+    without them), so the only numbers left are the text's own (haystacks hide numeric needles in it)."""
+    return _VERSE_NUMBER.sub("", _HEADING.sub("\n", text))
 
 
 def corpus_description() -> str:

@@ -41,8 +41,6 @@ ESSAY_FILE = "PaulGrahamEssays.json"
 # Needle depths in percent: round(linspace(0, 100, 40)).
 DEPTHS: tuple[int, ...] = tuple(int(round(100 * i / 39)) for i in range(40))
 _CHUNK_CHARS = 200_000  # the sentence splitter works through the text this much at a time
-_HEADING = re.compile(r"^\s*Chapter \d+\s*$", re.MULTILINE)
-_VERSE_NUMBER = re.compile(r"^\d+ ", re.MULTILINE)
 
 
 # --------------------------------------------------------------------------- sentence splitting
@@ -203,7 +201,7 @@ def _essays_from_hub(dataset_id: str) -> str:
 
 def _offline_corpus() -> tuple[str, str]:
     try:
-        from ...data.corpus import corpus_description, offline_books
+        from ...data.corpus import corpus_description, offline_books, prose
     except ImportError as err:
         raise MissingDataError(
             "no essay haystack: the Paul Graham essays are unreachable and the offline book corpus "
@@ -214,9 +212,7 @@ def _offline_corpus() -> tuple[str, str]:
         raise MissingDataError("no essay haystack: the offline book corpus is empty")
     # Prose only: drop chapter headings and leading verse numbers (no-ops for a corpus without them),
     # so the only numbers that look like answers are the needles'.
-    text = "\n".join(book.text for book in books)
-    text = _HEADING.sub("\n", text)
-    text = _VERSE_NUMBER.sub("", text)
+    text = prose("\n".join(book.text for book in books))
     corpus = corpus_description().replace("; stands in for PG-19 offline", "")
     description = (
         f"offline stand-in for the Paul Graham essays: {corpus} (chapter headings, verse numbers removed)"
