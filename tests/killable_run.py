@@ -7,6 +7,7 @@ Prints ``DONE computed skipped`` when it finishes; exits 130 on Ctrl-C (like the
 
 from __future__ import annotations
 
+import signal
 import sys
 
 from lampe_eval.runner.experiment import Experiment
@@ -30,6 +31,8 @@ def jobs(delay: float = DELAY):
 
 
 def main() -> int:
+    # a shell starting this in the background (`cmd &`) makes it ignore SIGINT: the test sends one
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     out, mode = sys.argv[1], sys.argv[2]
     delay = float(sys.argv[3]) if len(sys.argv) > 3 else DELAY
     # "gpus": one worker process per (pretend) GPU, as on a multi-GPU machine; else N CPU workers
