@@ -71,8 +71,9 @@ def test_resample_is_the_benchmarks_aggregate_of_each_resample(benchmark, task):
         for b, row in enumerate(counts):
             drawn = [s for s, k in zip(scores, row, strict=True) for _ in range(k)]
             expected = bench.aggregate(task, drawn)[metric]
-            # the benchmarks' aggregates round (RULER, LongBench to 2 decimals); the resample does not
-            assert vectorised[b] == pytest.approx(expected, abs=0.006, rel=1e-9), (metric, b)
+            # the benchmarks' aggregates round (RULER, LongBench to 2 decimals, LongBench v2 to 1, as their
+            # official scripts); the resample does not
+            assert vectorised[b] == pytest.approx(expected, abs=0.051, rel=1e-9), (metric, b)
 
 
 def test_pg19_resamples_are_token_weighted():
