@@ -310,6 +310,9 @@ def run_command(
     batch_size: int = typer.Option(
         1, "--batch-size", help="Run up to N samples of a job together when their token counts are equal."
     ),
+    backend: str | None = typer.Option(
+        None, "--backend", help="Inference backend: hf (transformers, default) or vllm (pip install vllm)."
+    ),
     ray: bool = typer.Option(False, "--ray", help="Run the workers as Ray actors (one per GPU)."),
     ray_address: str | None = typer.Option(
         None, "--ray-address", help="Ray cluster to join (auto, ray://host:10001); implies --ray."
@@ -350,6 +353,7 @@ def run_command(
             options=parse_key_values(opt, "--opt"),
             data_dir=data_dir,
             imports=split_list(imports),
+            backend=backend,
         )
         settings = RunSettings(
             device=device,

@@ -390,6 +390,30 @@ def load_tokenizer(name: str = DEFAULT_MODEL) -> LoadedModel:
     )
 
 
+def load_for_engine(name: str = DEFAULT_MODEL, pretraining_window: int | None = None) -> LoadedModel:
+    """The tokenizer and config of a model that an inference engine (vLLM) loads itself: ``model`` is None;
+    ``extra["source"]`` is the Hugging Face directory or hub id to give the engine, ``extra["config"]`` the
+    model config. The embedded model is de-quantised once into its fp32 directory (as :func:`load_model`
+    does); a ``.gguf`` file is refused (convert it to a Hugging Face directory first)."""
+    from transformers import AutoConfig
+
+    source, preset = resolve_source(name)
+    if source.startswith("embedded:"):
+        if not (_embedded_cache() / "config.json").is_file():
+            _load_embedded(torch.float32, "cpu")
+        source = str(_embedded_cache())
+    elif source.endswith(".gguf"):
+        raise LampeEvalError(
+            f"{name}: the vLLM backend loads Hugging Face model directories, not .gguf files: save the model "
+            "with save_pretrained and pass that directory (or use --backend hf)"
+        )
+    lm = load_tokenizer(name)
+    config = AutoConfig.from_pretrained(source, trust_remote_code=False)
+    lm.pretraining_window = pretraining_window or lm.pretraining_window or window_from_config(config)
+    lm.extra.update(source=source, config=config)
+    return lm
+
+
 def tiny_llama(
     *,
     layers: int = 2,

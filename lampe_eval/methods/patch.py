@@ -38,6 +38,7 @@ from .base import FrequencyMethod, Method, RopeBase
 
 SUPPORTED_ATTENTION = ("LlamaAttention", "MistralAttention", "Qwen2Attention")
 _STATE_ATTR = "_lampe_eval_patch_state"  # the PatchState of a patched model (see new_cache)
+MAX_PLANS = 64  # plans a PatchState keeps (at least the sequences of one forward pass)
 
 
 # FALLBACK only (caches not made by new_cache): the rotated key copies of every generation, by cache
@@ -66,8 +67,9 @@ class PatchState:
     context_length: int | None = None  # l of the latest sequence prefilled (the prompt length)
     # FALLBACK budget (prompt + new tokens) for caches that carry none, set by generation_budget
     total_length: int | None = None
-    _plan_key: tuple[int, int, int | None] | None = field(default=None, repr=False)
-    _plan: AttentionPlan | None = field(default=None, repr=False)
+    # plans by (l, kv_len, budget): computed once per forward pass and shared by all layers, one per
+    # sequence when a backend runs several sequences of different lengths through each layer
+    _plans: dict[tuple[int, int, int | None], AttentionPlan] = field(default_factory=dict, repr=False)
 
     def plan(self, context_length: int, kv_len: int, total_length: int | None) -> AttentionPlan:
         """The plan for a sequence whose prompt had ``context_length`` tokens, now ``kv_len`` long, in a
@@ -76,11 +78,14 @@ class PatchState:
         key = (context_length, kv_len, total_length)
         if isinstance(self.method, FrequencyMethod) and self.method.fixed_key_positions():
             key = (0, 0, None)  # fixed frequencies: one plan for all lengths (rope init is slow)
-        if key != self._plan_key:
-            self._plan = self.method.plan_with_budget(self.base, context_length, kv_len, total_length)
-            self._plan_key = key
-        assert self._plan is not None
-        return self._plan
+        plan = self._plans.get(key)
+        if plan is None:
+            if len(self._plans) >= MAX_PLANS:  # the sequences of earlier steps: their plans are done
+                self._plans.clear()
+            plan = self._plans[key] = self.method.plan_with_budget(
+                self.base, context_length, kv_len, total_length
+            )
+        return plan
 
     def plan_for(self, q_start: int, kv_len: int) -> AttentionPlan:
         """The plan of a forward pass with no cache state: a pass from position 0 is a new sequence of
@@ -186,7 +191,26 @@ def rope_base(model: Any, window: int | None = None) -> RopeBase:
         raise UnsupportedModelError(
             f"{type(model).__name__}: no rotary embedding found (is it a RoPE model?)"
         )
-    config = model.config
+    return _rope_base_of(rotary, model.config, window)
+
+
+def rope_base_from_config(config: Any, window: int | None = None) -> RopeBase:
+    """:func:`rope_base` of a model not loaded here (the vLLM backend's): transformers' own rotary
+    embedding module of the config's architecture, built without weights, gives the same frequencies."""
+    import importlib
+
+    model_type = getattr(config, "model_type", "")
+    try:
+        module = importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
+    except ImportError as err:
+        raise UnsupportedModelError(f"{model_type!r}: no transformers modeling module") from err
+    classes = [c for n, c in vars(module).items() if n.endswith("RotaryEmbedding") and isinstance(c, type)]
+    if not classes:
+        raise UnsupportedModelError(f"{model_type!r}: no rotary embedding found (is it a RoPE model?)")
+    return _rope_base_of(classes[0](config), config, window)
+
+
+def _rope_base_of(rotary: Any, config: Any, window: int | None) -> RopeBase:
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     inv_freq = getattr(rotary, "original_inv_freq", rotary.inv_freq).detach().float().clone()
     if inv_freq.numel() * 2 != head_dim:
@@ -296,25 +320,40 @@ def _make_forward(state: PatchState):
         query = self.q_proj(hidden_states).view(shape).transpose(1, 2)
         key = self.k_proj(hidden_states).view(shape).transpose(1, 2)
         value = self.v_proj(hidden_states).view(shape).transpose(1, 2)
-        if past_key_values is None:
-            plan = state.plan_for(0, n)
-            out = segmented_attention(query, key, value, plan, 0, self.scaling)
-        else:
-            q_start = past_key_values.get_seq_length(self.layer_idx)
-            generation = state.generation(past_key_values, self.layer_idx, q_start, q_start + n)
-            plan = state.plan(generation.context_length, q_start + n, generation.total_length)
-            if generation.keys_are_rotated:
-                out = _attend_with_rotated_cache(
-                    self, generation, plan, query, key, value, past_key_values, q_start
-                )
-            else:  # positions move every step: cache un-rotated keys, re-rotate them all
-                key, value = _update(past_key_values, key, value, self.layer_idx, q_start + n)
-                out = segmented_attention(query, key, value, plan, q_start, self.scaling)
+        out = attend_patched(state, self.layer_idx, self.scaling, query, key, value, past_key_values)
         out = out.transpose(1, 2).reshape(batch, n, -1)
         return self.o_proj(out), None
 
     forward.lampe_eval_patch = True  # type: ignore[attr-defined]
     return forward
+
+
+def attend_patched(
+    state: PatchState,
+    layer_idx: int,
+    scale: float,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    cache: Any,
+) -> torch.Tensor:
+    """One patched layer's attention: un-rotated ``query`` [B, Hq, n, D], ``key``/``value`` [B, Hkv, n, D]
+    of the new tokens, and the generation's KV ``cache`` (None: a pass over the whole sequence). The one
+    code path of every backend (the HF forward above, vLLM's attention backend)."""
+    n = query.shape[2]
+    if cache is None:
+        plan = state.plan_for(0, n)
+        return segmented_attention(query, key, value, plan, 0, scale)
+    q_start = cache.get_seq_length(layer_idx)
+    generation = state.generation(cache, layer_idx, q_start, q_start + n)
+    plan = state.plan(generation.context_length, q_start + n, generation.total_length)
+    if generation.keys_are_rotated:
+        return _attend_with_rotated_cache(
+            layer_idx, scale, generation, plan, query, key, value, cache, q_start
+        )
+    # positions move every step: cache un-rotated keys, re-rotate them all
+    key, value = _update(cache, key, value, layer_idx, q_start + n)
+    return segmented_attention(query, key, value, plan, q_start, scale)
 
 
 def _update(cache: Any, key: torch.Tensor, value: torch.Tensor, layer_idx: int, kv_len: int):
@@ -328,7 +367,8 @@ def _update(cache: Any, key: torch.Tensor, value: torch.Tensor, layer_idx: int, 
 
 
 def _attend_with_rotated_cache(
-    layer: Any,
+    idx: int,
+    scale: float,
     generation: Generation,
     plan: AttentionPlan,
     query: torch.Tensor,
@@ -339,7 +379,6 @@ def _attend_with_rotated_cache(
 ) -> torch.Tensor:
     """Rotate the new keys once per key copy (a decode step: one matmul for all copies), store them (the
     primary copy in the cache, the others beside it), attend, then drop what no later query can see."""
-    idx = layer.layer_idx
     kv_len = q_start + key.shape[2]
     rotated = plan.rotate_keys(key, q_start)
     side: SideCopies
@@ -352,6 +391,6 @@ def _attend_with_rotated_cache(
         side = _GENERATIONS[cache][1].layer(idx, q_start, before)
         primary, value = _update(cache, rotated[generation.primary], value, idx, kv_len)
     copies = side.extend(plan, generation.primary, rotated, primary, q_start)
-    out = attend_rotated(query, copies, value, plan, q_start, layer.scaling)
+    out = attend_rotated(query, copies, value, plan, q_start, scale)
     side.trim(plan, kv_len)
     return out

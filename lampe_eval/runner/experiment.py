@@ -53,6 +53,7 @@ TOP_KEYS = (
     "options",
     "imports",
     "data_dir",
+    "backend",
     "grid",
     *GRID_KEYS,
 )
@@ -95,6 +96,10 @@ def check_settings(settings: RunSettings) -> None:
         raise LampeEvalError(f"--device-map {settings.device_map!r}: only 'auto' (accelerate) is supported")
     if settings.device_map and settings.device not in (None, "cuda"):
         raise LampeEvalError(f"--device-map auto places the model on GPUs: drop --device {settings.device}")
+    if settings.backend == "vllm":
+        from ..backends.vllm import check_vllm_settings
+
+        check_vllm_settings(settings)
 
 
 @dataclass
@@ -148,6 +153,7 @@ class ExperimentSpec:
     options: dict[str, Any] = field(default_factory=dict)
     imports: list[str] = field(default_factory=list)
     data_dir: str | None = None
+    backend: str | None = None  # the inference backend (``--backend`` wins over the file); None: hf
 
     # ------------------------------------------------------------------------------ from a file
     @classmethod
@@ -179,6 +185,7 @@ class ExperimentSpec:
             options=dict(key.get("options", dict, "a mapping of option: value") or {}),
             imports=[str(m) for m in key.get("imports", list, "a list of module names") or []],
             data_dir=key.get("data_dir", str, "a directory name"),
+            backend=key.get("backend", str, "a backend name (hf, vllm)"),
         )
 
     def override(self, **values: Any) -> ExperimentSpec:
@@ -197,6 +204,8 @@ class ExperimentSpec:
         from ..benchmarks.base import options_by_benchmark
 
         settings = settings or RunSettings()
+        if self.backend is not None:
+            settings = dataclasses.replace(settings, backend=self.backend)
         check_settings(settings)
         import_plugins(self.imports)
         data_dir = os.path.abspath(os.path.expanduser(self.data_dir)) if self.data_dir else None
@@ -210,6 +219,11 @@ class ExperimentSpec:
             methods = [(name, typed_params(name, params)) for name, params in grid.methods]
             if settings.load is None:
                 check_models(grid.models)
+                if settings.backend == "vllm":
+                    from ..backends.vllm import check_vllm_model
+
+                    for model in grid.models:
+                        check_vllm_model(model)
             jobs += expand_grid(
                 grid.models,
                 methods,

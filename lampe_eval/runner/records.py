@@ -145,7 +145,8 @@ def _describe(annotation: Any) -> str:
 # ------------------------------------------------------------------------------------ engine identity
 def engine_identity(engine: Mapping[str, Any] | None, device: str | None = None) -> str:
     """The part of what made a number that changes it: backend, dtype, device type, attention kernel and,
-    on CUDA (where the kernels' reduction order depends on it), the batch-size setting. Records written
+    on CUDA (where the kernels' reduction order depends on it), the batch-size setting; for an engine
+    other than transformers (vLLM), its release and settings. Records written
     before engines were recorded (schema 1) are ``legacy:<device type>``: the engine the defaults gave."""
     if not engine:
         return f"legacy:{(device or 'cpu').split(':')[0]}"
@@ -153,6 +154,8 @@ def engine_identity(engine: Mapping[str, Any] | None, device: str | None = None)
     parts = [str(engine.get("backend")), str(engine.get("dtype")), device_type, str(engine.get("kernel"))]
     if device_type == "cuda":
         parts.append(f"batch={engine.get('batch_size', 1)}")
+    if engine.get("backend") not in (None, "hf"):  # an engine of its own: its release and settings too
+        parts += [str(engine.get("backend_version")), str(engine.get("settings"))]
     return "/".join(parts)
 
 

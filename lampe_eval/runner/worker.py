@@ -101,6 +101,10 @@ class Worker:
             settings = self.config.settings
             if settings.load is not None:
                 lm = settings.load(model)
+            elif settings.backend == "vllm":  # the engine loads the weights itself
+                from ..models import load_for_engine
+
+                lm = load_for_engine(model)
             else:
                 from ..models import load_model
 
@@ -110,13 +114,18 @@ class Worker:
                     dtype=settings.dtype,
                     device_map=self.config.device_map,
                 )
-            self.backend = create_backend(settings.backend, lm, batch_size=settings.batch_size)
+            self.backend = create_backend(
+                settings.backend, lm, batch_size=settings.batch_size, dtype=settings.dtype
+            )
             self.model_name = model
         return self.backend
 
     def unload(self) -> None:
         if self.backend is None:
             return
+        close = getattr(self.backend, "close", None)
+        if callable(close):  # an engine with processes of its own (vLLM)
+            close()
         self.backend = None
         self.model_name = None
         gc.collect()

@@ -1,0 +1,26 @@
+"""The ``vllm.general_plugins`` entry point (pyproject.toml): vLLM calls :func:`register` in each of its
+processes. It acts only in the engines lampe-eval's vLLM backend starts (``LAMPE_EVAL_VLLM=1``, set by
+:class:`lampe_eval.backends.vllm.VLLMBackend` and inherited by vLLM's processes): any other vLLM use of
+this environment is left alone. Light on purpose: vLLM resolves the class path only when it builds the
+model.
+"""
+
+from __future__ import annotations
+
+import os
+
+BACKEND_PATH = "lampe_eval.backends.vllm_worker.LampeAttentionBackend"
+ENABLE = "LAMPE_EVAL_VLLM"
+
+
+def register() -> None:
+    """Make lampe-eval's attention backend the one vLLM picks: the CUSTOM backend (what the engine asks
+    for), and on CPUs, where vLLM always picks its CPU backend, that one's replacement."""
+    if os.environ.get(ENABLE) != "1":
+        return
+    from vllm.platforms import current_platform
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
+
+    register_backend(AttentionBackendEnum.CUSTOM, BACKEND_PATH)
+    if current_platform.is_cpu():
+        register_backend(AttentionBackendEnum.CPU_ATTN, BACKEND_PATH)

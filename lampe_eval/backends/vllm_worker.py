@@ -1,0 +1,261 @@
+"""What runs inside vLLM's worker process: the attention backend that runs a lampe-eval method, and the
+functions that install a method into the loaded model (called through ``LLM.collective_rpc``).
+
+vLLM's ``CUSTOM`` attention backend is :class:`LampeAttentionBackend` (registered in every vLLM process by
+the ``vllm.general_plugins`` entry point, :func:`lampe_eval.backends.vllm_plugin.register`).
+The backend is the platform's own one (CPU attention, or FlashAttention on CUDA) until a method is
+installed:
+
+* ``rope``: nothing changes.
+* a **frequency method** with fixed frequencies (linear, ntk, yarn, llama3, longrope, ntk_by_parts): the
+  patched layers get a copy of their rotary embedding whose cos/sin table is the method's (its inverse
+  frequencies and attention factor): vLLM's own rotary kernel and attention run unchanged.
+* every **other method** (the position methods, dynamic NTK): the patched layers' rotary embedding lets
+  the query and key through un-rotated, and their attention runs
+  :func:`lampe_eval.methods.patch.attend_patched`, the code the Hugging Face backend runs, one sequence at
+  a time, with one :class:`~lampe_eval.attention.kv_cache.RotatedKeyCache` per sequence: each sequence has
+  its own plan (LaMPE's mapping follows its prompt length), and a decode step rotates only its new key.
+
+A sequence is known by the first block of its block table; its plan is fixed by its prefill, which must
+hold its whole prompt (chunked prefill and prefix caching are switched off by the backend, and a prefill
+of a length the batch did not announce, e.g. a preempted sequence computed again, fails loudly). The
+paged cache is still written by the base backend but the patched layers read their own caches (memory: a
+second copy of their keys and values; see docs/vllm.md).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..attention.kv_cache import RotatedKeyCache
+from ..errors import LampeEvalError
+from ..methods import METHODS
+from ..methods.base import FrequencyMethod, Method, RopeBase
+from ..methods.patch import PatchState, attend_patched, rope_base_from_config
+
+_LAYER_INDEX = re.compile(r"layers\.(\d+)\.")
+
+
+@dataclass
+class Installed:
+    """The method installed in this worker's model, and the state of the sequences in flight."""
+
+    state: PatchState
+    layers: frozenset[int]  # patched layer indices whose attention the backend runs
+    budgets: dict[int, int | None] = field(default_factory=dict)  # prompt length -> budget, this batch
+    caches: dict[int, RotatedKeyCache] = field(default_factory=dict)  # by first block id
+
+    def cache_for(self, sequence: int, layer: int, q_start: int, kv_len: int) -> RotatedKeyCache:
+        """The cache of the sequence whose block table starts with block ``sequence``; a pass from
+        position 0 starts a new one (its budget from the lengths the batch announced)."""
+        cache = self.caches.get(sequence)
+        if q_start == 0:
+            if kv_len not in self.budgets:
+                raise LampeEvalError(
+                    f"vllm: a prefill of {kv_len} tokens that no request of this batch has (chunked prefill "
+                    "or a preempted sequence computed again): give the engine more KV cache "
+                    "(VLLM_CPU_KVCACHE_SPACE) or a smaller --batch-size"
+                )
+            if cache is None or cache.get_seq_length(layer) > 0:  # a new sequence in these blocks
+                cache = self.caches[sequence] = RotatedKeyCache(total_length=self.budgets[kv_len])
+            return cache
+        if cache is None or cache.get_seq_length(layer) != q_start:
+            raise LampeEvalError(
+                f"vllm: a sequence continues at position {q_start} but its cache holds "
+                f"{0 if cache is None else cache.get_seq_length(layer)} tokens (prefix caching, chunked "
+                "prefill or preemption changed it); these are switched off by lampe-eval's vLLM backend"
+            )
+        return cache
+
+
+_INSTALLED: Installed | None = None
+
+
+def _platform_backend() -> tuple[type, type]:
+    from vllm.platforms import current_platform
+
+    if current_platform.is_cpu():
+        from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend, CPUAttentionBackendImpl
+
+        return CPUAttentionBackend, CPUAttentionBackendImpl
+    from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend, FlashAttentionImpl
+
+    return FlashAttentionBackend, FlashAttentionImpl
+
+
+_Base, _BaseImpl = _platform_backend()
+
+
+def layer_index(name: str) -> int:
+    found = _LAYER_INDEX.search(name)
+    if found is None:
+        raise LampeEvalError(f"vllm: cannot tell the layer index of attention layer {name!r}")
+    return int(found.group(1))
+
+
+class LampeAttentionImpl(_BaseImpl):  # type: ignore[misc, valid-type]
+    """The platform's attention, except in the layers a method patches: there, the method's attention
+    over each sequence's own rotated-key cache."""
+
+    def forward(  # type: ignore[override]
+        self,
+        layer: Any,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        kv_cache: torch.Tensor,
+        attn_metadata: Any,
+        output: torch.Tensor,
+        *args: Any,
+        **kwargs: Any,
+    ) -> torch.Tensor:
+        installed = _INSTALLED
+        index = layer_index(layer.layer_name)
+        if attn_metadata is None or installed is None or index not in installed.layers:
+            return super().forward(layer, query, key, value, kv_cache, attn_metadata, output, *args, **kwargs)
+        starts = attn_metadata.query_start_loc.tolist()
+        seq_lens = attn_metadata.seq_lens.tolist()
+        first_blocks = attn_metadata.block_table[:, 0].tolist()
+        for row, kv_len in enumerate(seq_lens):
+            a, b = starts[row], starts[row + 1]
+            if b <= a:
+                continue
+            q_start = kv_len - (b - a)
+            cache = installed.cache_for(first_blocks[row], index, q_start, kv_len)
+            out = attend_patched(
+                installed.state,
+                index,
+                self.scale,
+                query[a:b].transpose(0, 1).unsqueeze(0),
+                key[a:b].transpose(0, 1).unsqueeze(0),
+                value[a:b].transpose(0, 1).unsqueeze(0),
+                cache,
+            )
+            output[a:b].copy_(out[0].transpose(0, 1).reshape(output[a:b].shape))
+        return output
+
+
+class LampeAttentionBackend(_Base):  # type: ignore[misc, valid-type]
+    """The platform's backend with :class:`LampeAttentionImpl` (its name stays the platform's)."""
+
+    @staticmethod
+    def get_impl_cls() -> type:
+        return LampeAttentionImpl
+
+
+# ------------------------------------------------------------------ installation (through collective_rpc)
+class _Unrotated(torch.nn.Module):
+    """A rotary embedding that leaves query and key as they are (the method rotates them)."""
+
+    def forward(self, positions: torch.Tensor, query: torch.Tensor, key: Any = None, *args: Any) -> Any:
+        return query, key
+
+
+_RESTORE: list[tuple[Any, Any]] = []  # (attention module, its own rotary embedding)
+
+
+def _attention_modules(model: Any) -> dict[int, Any]:
+    """The model's attention modules by layer index: those holding a rotary embedding and an ``attn``."""
+    found = {}
+    for name, module in model.named_modules():
+        if hasattr(module, "rotary_emb") and hasattr(module, "attn"):
+            found[layer_index(name + ".")] = module
+    if not found:
+        raise LampeEvalError(f"vllm: no rotary attention modules in {type(model).__name__}")
+    return found
+
+
+def _model(worker: Any) -> Any:
+    runner = worker.model_runner
+    return runner.get_model() if hasattr(runner, "get_model") else runner.model
+
+
+def frequency_table(
+    method: FrequencyMethod, base: RopeBase, positions: int, dtype: torch.dtype
+) -> torch.Tensor:
+    """vLLM's cos/sin cache layout ([positions, rotary_dim]: cos of every frequency, then sin) for a
+    frequency method with fixed frequencies, its attention factor multiplied in, with the arithmetic of
+    transformers' rotary embedding (float32 products of position and inverse frequency)."""
+    inv_freq, factor = method.frequencies(base, positions)
+    freqs = torch.arange(positions, dtype=torch.float32)[:, None] * inv_freq.float()[None, :]
+    return torch.cat((freqs.cos() * factor, freqs.sin() * factor), dim=-1).to(dtype)
+
+
+def install(worker: Any, method: Method, base: RopeBase) -> str:
+    """Install ``method`` in this worker's model; returns how: ``none``, ``frequencies`` or
+    ``attention``."""
+    global _INSTALLED
+    uninstall()
+    if method.kind == "baseline":
+        return "none"
+    modules = _attention_modules(_model(worker))
+    patched = frozenset(i for i in method.patched_layers(len(modules)) if i in modules)
+    if isinstance(method, FrequencyMethod) and method.fixed_key_positions():
+        for index in sorted(patched):
+            module = modules[index]
+            rotary = copy.copy(module.rotary_emb)  # shared by layers (get_rope's cache): never edit it
+            own = module.rotary_emb.cos_sin_cache
+            rotary.cos_sin_cache = frequency_table(method, base, own.shape[0], own.dtype).to(own.device)
+            _RESTORE.append((module, module.rotary_emb))
+            module.rotary_emb = rotary
+        return "frequencies"
+    for index in sorted(patched):
+        _RESTORE.append((modules[index], modules[index].rotary_emb))
+        modules[index].rotary_emb = _Unrotated()
+    _INSTALLED = Installed(PatchState(method=method, base=base), patched)
+    return "attention"
+
+
+def uninstall() -> None:
+    """Give the model back its own rotary embeddings and attention."""
+    global _INSTALLED
+    while _RESTORE:
+        module, rotary = _RESTORE.pop()
+        module.rotary_emb = rotary
+    _INSTALLED = None
+
+
+def method_from_json(name: str, params: str, window: int) -> Method:
+    """The method the main process resolved, rebuilt from its resolved parameters."""
+    cls = METHODS.get(name)
+    return cls.build(window, None, **cls.typed_params(json.loads(params)))
+
+
+def base_from_json(config: str, window: int) -> RopeBase:
+    """The model's own RoPE from its config (as the main process read it, before vLLM's overrides)."""
+    from transformers import AutoConfig
+
+    values = json.loads(config)
+    return rope_base_from_config(AutoConfig.for_model(values.pop("model_type"), **values), window)
+
+
+class LampeWorkerExtension:
+    """Mixed into vLLM's worker class (``LLM(worker_extension_cls=...)``): what the main process calls
+    through ``collective_rpc`` (arguments in JSON: vLLM's messages carry no Python objects)."""
+
+    def lampe_install(self, name: str, params: str, config: str, window: int) -> tuple[str, str]:
+        """Install a method; returns how and its parameters as rebuilt here (the caller compares)."""
+        method = method_from_json(name, params, window)
+        how = install(self, method, base_from_json(config, window))
+        return how, json.dumps(method.params(), sort_keys=True, default=str)
+
+    def lampe_uninstall(self) -> None:
+        uninstall()
+
+    def lampe_begin_batch(self, budgets: list[list[int | None]]) -> None:
+        """Announce the next batch: [prompt length, budget (prompt + new tokens)] of each prompt length."""
+        if _INSTALLED is not None:
+            _INSTALLED.budgets = {int(length): budget for length, budget in budgets}
+            _INSTALLED.caches.clear()
+
+    def lampe_end_batch(self) -> None:
+        """Free the caches of the batch that finished."""
+        if _INSTALLED is not None:
+            _INSTALLED.caches.clear()
+            _INSTALLED.budgets = {}
