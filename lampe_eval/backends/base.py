@@ -49,6 +49,7 @@ class Generation:
     prompt_tokens: int
     new_tokens: int
     seconds: float
+    token_ids: tuple[int, ...] = ()  # the new tokens (through the first end token)
 
     def output(self) -> dict[str, Any]:
         """The fields every generation benchmark stores in a record's ``output``."""

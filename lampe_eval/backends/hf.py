@@ -125,7 +125,9 @@ class HFBackend:
         for row, request in zip(output, requests, strict=True):
             tokens = _until_eos(row[prompt_tokens:], eos)
             text = _cut(self.lm.tokenizer.decode(tokens, skip_special_tokens=True), request.stop)
-            results.append(Generation(text, prompt_tokens, int(tokens.shape[0]), seconds))
+            results.append(
+                Generation(text, prompt_tokens, int(tokens.shape[0]), seconds, tuple(tokens.tolist()))
+            )
         return results
 
     @torch.inference_mode()

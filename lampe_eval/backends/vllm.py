@@ -249,7 +249,9 @@ class VLLMBackend:
             eos = self._eos | set(request.stop_token_ids)
             tokens = _until_eos(torch.tensor(list(output.outputs[0].token_ids), dtype=torch.long), eos)
             text = _cut(self.lm.tokenizer.decode(tokens, skip_special_tokens=True), request.stop)
-            results[index] = Generation(text, len(prompt), int(tokens.shape[0]), seconds)
+            results[index] = Generation(
+                text, len(prompt), int(tokens.shape[0]), seconds, tuple(tokens.tolist())
+            )
         return results
 
     def _run(
@@ -269,16 +271,23 @@ class VLLMBackend:
     # ------------------------------------------------------------------------------------ NLL
     def token_nll(self, requests: Sequence[NLLRequest]) -> list[TokenNLL]:
         """Each token's log-probability after the tokens before it (vLLM's ``prompt_logprobs``)."""
-        from vllm import SamplingParams
-
         results = []
         for request in requests:  # one prompt per call: prompt log-probabilities hold L x vocab logits
-            ids = list(request.input_ids)
-            llm = self._engine(len(ids) + 1)
-            params = SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=0, detokenize=False)
-            outputs, seconds = self._run(llm, [{"prompt_token_ids": ids}], params, {len(ids): None})
-            results.append(_nll_sums(ids, outputs[0].prompt_logprobs, request.tail_from, seconds))
+            start = time.perf_counter()
+            logprobs = self.prompt_logprobs(request.input_ids)
+            results.append(_nll_sums(logprobs, request.tail_from, time.perf_counter() - start))
         return results
+
+    def prompt_logprobs(self, input_ids: Sequence[int]) -> list[float]:
+        """The log-probability of each token of ``input_ids`` after the first, given those before it."""
+        from vllm import SamplingParams
+
+        ids = list(input_ids)
+        llm = self._engine(len(ids) + 1)
+        params = SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=0, detokenize=False)
+        outputs, _ = self._run(llm, [{"prompt_token_ids": ids}], params, {len(ids): None})
+        found = outputs[0].prompt_logprobs
+        return [float(found[i][ids[i]].logprob) for i in range(1, len(ids))]
 
 
 def _one_budget_per_length(requests: Sequence[GenerationRequest], ids: list[list[int]]) -> list[list[int]]:
@@ -297,15 +306,11 @@ def _one_budget_per_length(requests: Sequence[GenerationRequest], ids: list[list
     return [members for _, members in batches]
 
 
-def _nll_sums(ids: list[int], logprobs: list[Any], tail_from: int | None, seconds: float) -> TokenNLL:
+def _nll_sums(logprobs: list[float], tail_from: int | None, seconds: float) -> TokenNLL:
     """Summed NLL (fp64) of tokens 1..L-1 and of those at positions >= ``tail_from`` (default the last
     quarter), as :func:`lampe_eval.backends.hf.chunked_nll_rows` counts them."""
-    length = len(ids)
+    length = len(logprobs) + 1
     tail_from = length - length // 4 if tail_from is None else tail_from
-    total = tail = 0.0
-    for position in range(1, length):
-        nll = -float(logprobs[position][ids[position]].logprob)
-        total += nll
-        if position >= tail_from:
-            tail += nll
+    total = -sum(logprobs)
+    tail = -sum(logprobs[max(tail_from, 1) - 1 :])
     return TokenNLL(total, length - 1, tail, max(0, length - max(tail_from, 1)), seconds)

@@ -187,6 +187,16 @@ def frequency_table(
     return torch.cat((freqs.cos() * factor, freqs.sin() * factor), dim=-1).to(dtype)
 
 
+def _with_table(rotary: Any, table: torch.Tensor) -> Any:
+    """A copy of vLLM's rotary embedding module ``rotary`` with another cos/sin table (the original, which
+    other layers and later engines' methods use, is left as it is: a shallow copy would share its buffer
+    dictionary, so the copy gets its own)."""
+    clone = copy.copy(rotary)
+    clone._buffers = dict(rotary._buffers)
+    clone._buffers["cos_sin_cache"] = table.to(rotary.cos_sin_cache.device)
+    return clone
+
+
 def install(worker: Any, method: Method, base: RopeBase) -> str:
     """Install ``method`` in this worker's model; returns how: ``none``, ``frequencies`` or
     ``attention``."""
@@ -197,13 +207,16 @@ def install(worker: Any, method: Method, base: RopeBase) -> str:
     modules = _attention_modules(_model(worker))
     patched = frozenset(i for i in method.patched_layers(len(modules)) if i in modules)
     if isinstance(method, FrequencyMethod) and method.fixed_key_positions():
+        replaced: dict[int, Any] = {}  # one copy per rotary module (layers share one: get_rope's cache)
         for index in sorted(patched):
             module = modules[index]
-            rotary = copy.copy(module.rotary_emb)  # shared by layers (get_rope's cache): never edit it
-            own = module.rotary_emb.cos_sin_cache
-            rotary.cos_sin_cache = frequency_table(method, base, own.shape[0], own.dtype).to(own.device)
-            _RESTORE.append((module, module.rotary_emb))
-            module.rotary_emb = rotary
+            own = module.rotary_emb
+            if id(own) not in replaced:
+                replaced[id(own)] = _with_table(
+                    own, frequency_table(method, base, *own.cos_sin_cache.shape[:1], own.cos_sin_cache.dtype)
+                )
+            _RESTORE.append((module, own))
+            module.rotary_emb = replaced[id(own)]
         return "frequencies"
     for index in sorted(patched):
         _RESTORE.append((modules[index], modules[index].rotary_emb))
