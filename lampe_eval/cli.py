@@ -1,5 +1,5 @@
-"""The ``lampe-eval`` command line (typer + rich): ``list``, ``run``, ``report``, ``fit``, and the
-inspection commands ``show-prompt`` (what the model receives) and ``show-positions`` (position maps).
+"""The ``lampe-eval`` command line (typer + rich): ``list``, ``run``, ``report``, ``fit``, ``dpe-select``,
+and the inspection commands ``show-prompt`` (what the model receives) and ``show-positions`` (position maps).
 
 Every command turns its options into the objects the library takes (``run`` and ``fit`` an
 :class:`~lampe_eval.runner.experiment.Experiment`) and prints; errors a user can cause are one line on

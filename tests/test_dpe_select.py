@@ -84,10 +84,8 @@ def test_factor_choice_on_a_constructed_score_table():
     assert choices[0].scores == {1: 1.5, 2: pytest.approx(1.1), 4: 0.9, 8: pytest.approx(0.6)}
     assert choices[1].frequencies == (4, 8)
     # the string-match score (higher is better) picks the same factors here
-    assert [c.factor for c in choose_factors(grid, score_table(probes, "generate", 2), "generate", (0, 4, 8))] == [
-        8,
-        1,
-    ]
+    matches = score_table(probes, "generate", 2)
+    assert [c.factor for c in choose_factors(grid, matches, "generate", (0, 4, 8))] == [8, 1]
     # ties: the base factor when it is among the best, else the smallest
     flat = {setting: 0.0 for setting in nll}
     assert [c.factor for c in choose_factors(grid, flat, "generate", (0, 4, 8))] == [2, 2]
@@ -139,7 +137,8 @@ def _report() -> SelectReport:
     grid = DetectionGrid(groups=4, base=2, factors=(1, 2, 4, 8))
     table = {s: float(sum(s)) for s in grid.settings()}  # lower NLL for smaller factors: s=1 everywhere
     choices = choose_factors(grid, table, "nll", (0, 8, 16, 24, 32))
-    return SelectReport("tiny", 8192, 32, 1024, 10240, "official", "nll", 1, (0, 8, 16, 24, 32), grid, choices)
+    groups = (0, 8, 16, 24, 32)
+    return SelectReport("tiny", 8192, 32, 1024, 10240, "official", "nll", 1, groups, grid, choices)
 
 
 def test_the_config_round_trips_into_a_valid_dpe_method(tmp_path):
