@@ -1,5 +1,5 @@
-"""The ``lampe-eval`` command line (typer + rich): ``list``, ``run``, ``report``, ``fit``, and the
-inspection commands ``show-prompt`` (what the model receives) and ``show-positions`` (position maps).
+"""The ``lampe-eval`` command line (typer + rich): ``list``, ``run``, ``report``, ``fit``, ``dpe-select``,
+and the inspection commands ``show-prompt`` (what the model receives) and ``show-positions`` (position maps).
 
 Every command turns its options into the objects the library takes (``run`` and ``fit`` an
 :class:`~lampe_eval.runner.experiment.Experiment`) and prints; errors a user can cause are one line on
@@ -786,6 +786,88 @@ def fit_command(
         for failure in outcome.failures:
             say_error("failed:", f"{failure['describe']}: {failure['error']}")
         raise typer.Exit(1)
+
+
+# ------------------------------------------------------------------------------------- dpe-select
+@app.command("dpe-select")
+def dpe_select_command(
+    model: str = typer.Option("smollm2-135m", "--model", "-m", help="Preset, HF id, local dir or .gguf."),
+    length: str | None = typer.Option(
+        None, "--len", "-l", help="Test length of the detection (default: 2 x the pretraining window)."
+    ),
+    groups: int = typer.Option(8, "--groups", help="Equal groups of the head_dim / 2 frequencies."),
+    factors: str | None = typer.Option(
+        None,
+        "--factors",
+        help="Factors tried per group, e.g. 1,2,4,8 (default: len // l, l halving to 1K).",
+    ),
+    base: int | None = typer.Option(
+        None, "--base-factor", help="Factor of the other groups (default: (len // window) * 2)."
+    ),
+    window: int | None = typer.Option(None, "--window", "-w", help="DPE's local window w (default: dpe's)."),
+    variant: str = typer.Option("official", "--variant", help="dpe variant: official or paper."),
+    samples: int = typer.Option(4, "--samples", "-n", help="NIAH samples per setting."),
+    score: str = typer.Option("nll", "--score", help="nll (answer NLL, one pass) or generate (match)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the NIAH samples."),
+    dim_lengths: str | None = typer.Option(
+        None, "--dim-len", help="Lengths of the key-dimension pass (default: window halving to 2k)."
+    ),
+    dim_samples: int = typer.Option(2, "--dim-samples", help="Text samples per key-dimension length."),
+    topk: int | None = typer.Option(None, "--topk", help="Key dimensions per head (default: 3/4 of them)."),
+    dimensions: bool = typer.Option(True, "--dims/--no-dims", help="Run the key-dimension pass."),
+    opt: list[str] = typer.Option(None, "--opt", help="RULER option key=value (essay=..., essay_file=...)."),
+    out: Path = typer.Option(
+        Path("results/dpe-select"), "--out", "-o", help="Probes (resumable) and key-dimension files."
+    ),
+    config: Path | None = typer.Option(
+        None, help="Config to write (default: $LAMPE_EVAL_HOME/method_configs/dpe-MODEL.yaml)."
+    ),
+    write: bool = typer.Option(True, "--write/--no-write", help="Write the config."),
+    device: str | None = typer.Option(None, help="cpu, cuda, cuda:1 (default: cuda if available)."),
+    dtype: str | None = typer.Option(None, help="auto (bf16 on CUDA, fp32 on CPU), fp32, bf16, fp16."),
+) -> None:
+    """DPE's own search (LuLuLuyi/DPE): a scale factor per dimension group from NIAH detection, and the
+    key dimensions from the q/k 2-norms (docs/methods.md 7.3).
+
+    Example: lampe-eval dpe-select --model smollm2-135m --len 10k --groups 4 --samples 1
+    """
+    from .dpe_select import SelectRequest, run_select
+
+    try:
+        request = SelectRequest(
+            model=model,
+            length=parse_lengths(length)[0] if length else None,
+            groups=groups,
+            factors=_int_list(factors, "--factors") if factors else None,
+            base=base,
+            local_window=window,
+            variant=variant,
+            samples=samples,
+            score=score,
+            seed=seed,
+            dim_lengths=parse_lengths(dim_lengths) if dim_lengths else None,
+            dim_samples=dim_samples,
+            topk=topk,
+            dimensions=dimensions,
+            options=parse_key_values(opt, "--opt"),
+            out=out,
+            config=config,
+            write=write,
+            device=device,
+            dtype=dtype,
+            command=" ".join(["lampe-eval", *sys.argv[1:]]) if sys.argv[1:2] == ["dpe-select"] else "",
+        )
+        request.check(None)
+        run_select(request, echo=lambda line: console.print(line, highlight=False))
+    except LampeEvalError as err:
+        fail(str(err))
+
+
+def _int_list(text: str, what: str) -> list[int]:
+    try:
+        return [int(v) for v in split_list([text])]
+    except ValueError as err:
+        raise LampeEvalError(f"{what} must be integers separated by commas, got {text!r}") from err
 
 
 # ------------------------------------------------------------------------------------------- main

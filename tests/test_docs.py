@@ -46,7 +46,7 @@ RUNS = [cmd for _, cmd in COMMANDS if cmd.startswith("run ")]
 
 def test_the_docs_show_commands():
     subcommands = {cmd.split()[0] for _, cmd in COMMANDS}
-    assert {"list", "run", "report", "show-prompt", "show-positions", "fit"} <= subcommands
+    assert {"list", "run", "report", "show-prompt", "show-positions", "fit", "dpe-select"} <= subcommands
     assert len(RUNS) >= 10
 
 

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from ..attention import kernels
 from ..methods.base import Method, RopeBase
-from ..methods.patch import PatchHandle, apply_method, new_cache, rope_base
+from ..methods.patch import PatchHandle, apply_method, attention_layers, new_cache, rope_base
 from ..models import LoadedModel
 from ..prompts import prompt_ids
 from .base import Generation, GenerationRequest, NLLRequest, Request, TokenNLL
@@ -173,6 +173,42 @@ class HFBackend:
         rows = chunked_nll_rows(self.lm.model, ids, chunk=requests[0].chunk, tail_from=requests[0].tail_from)
         seconds = (time.perf_counter() - start) / len(requests)
         return [TokenNLL(nll, n, tail, n_tail, seconds) for nll, n, tail, n_tail in rows]
+
+    # --------------------------------------------------------------------------- attention inputs
+    @torch.no_grad()
+    def attention_inputs(
+        self, input_ids: Sequence[int], visit: Callable[[int, torch.Tensor, torch.Tensor], None]
+    ) -> float:
+        """One forward pass over ``input_ids`` (no cache, no LM head); ``visit(layer, q, k)`` for every
+        attention layer with its queries [L, heads, head_dim] and keys [L, kv_heads, head_dim] before
+        RoPE (the ``q_proj`` / ``k_proj`` outputs; DPE's dimension selection reads their norms).
+        Returns the seconds the pass took."""
+        model = self.lm.model
+        pending: dict[int, dict[str, torch.Tensor]] = {}
+        hooks = []
+
+        def catcher(index: int, name: str, head_dim: int) -> Callable[..., None]:
+            def hook(module: Any, args: Any, output: torch.Tensor) -> None:
+                states = pending.setdefault(index, {})
+                states[name] = output[0].view(output.shape[1], -1, head_dim).float()
+                if len(states) == 2:
+                    visit(index, states["q"], states["k"])
+                    del pending[index]
+
+            return hook
+
+        for index, layer in enumerate(attention_layers(model)):
+            head_dim = int(getattr(layer, "head_dim", 0) or rope_base(model).head_dim)
+            hooks.append(layer.q_proj.register_forward_hook(catcher(index, "q", head_dim)))
+            hooks.append(layer.k_proj.register_forward_hook(catcher(index, "k", head_dim)))
+        ids = torch.tensor([list(input_ids)], dtype=torch.long, device=self.lm.device)
+        start = time.perf_counter()
+        try:
+            getattr(model, model.base_model_prefix)(input_ids=ids, use_cache=False)
+        finally:
+            for hook in hooks:
+                hook.remove()
+        return time.perf_counter() - start
 
 
 def _version(distribution: str) -> str:
