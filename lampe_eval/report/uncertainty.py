@@ -141,8 +141,8 @@ class Bootstrap:
     def percentiles(self, values: np.ndarray) -> tuple[float, float]:
         """The central ``level`` range of resampled values (percentile method)."""
         tail = (1.0 - self.settings.level) / 2
-        low, high = np.quantile(values, [tail, 1.0 - tail], method="inverted_cdf")
-        return float(low), float(high)
+        bounds = np.asarray(np.quantile(values, [tail, 1.0 - tail], method="inverted_cdf"), dtype=float)
+        return float(bounds[0]), float(bounds[1])
 
     def interval(self, resampled: Resampled | None) -> Interval | None:
         """The percentile interval (None under 2 samples or without a finite resample)."""

@@ -1,0 +1,91 @@
+"""Generation throughput of the backends on the embedded SmolLM2-135M (fp32), greedy, KJV text:
+the Hugging Face backend one request at a time, the Hugging Face backend with ``--batch-size N``, and the
+vLLM backend (continuous batching), for ``rope`` and ``lampe``.
+
+Two workloads (issue "vLLM backend"): decode-heavy (16 prompts of 256 tokens, 128 new tokens each) and
+LongBench-shaped (16 prompts of 4K tokens, 128 new tokens). The model's window is taken to be half the
+prompt, so every LaMPE segment is active. Tokens per second = new tokens / wall time of the whole
+workload (the vLLM engine's start-up excluded, timed apart); the ratio is to the HF backend at batch 1;
+the greedy tokens of every backend are compared with HF batch 1's (a differing prompt is counted).
+
+    python benchmarks/backend_throughput.py [--workloads decode,longbench] [--methods rope,lampe]
+        [--prompts 16] [--new-tokens 128] [--batch-size 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+WORKLOADS = {"decode": 256, "longbench": 4096}  # prompt tokens
+
+
+def prompts(tokenizer, count: int, length: int) -> list[tuple[int, ...]]:
+    from lampe_eval.data.corpus import _print_kjv
+
+    ids = tokenizer(_print_kjv()[: 8 * length * count + 200_000])["input_ids"]
+    step = max(1, (len(ids) - length) // count)
+    return [tuple(ids[i * step : i * step + length]) for i in range(count)]
+
+
+def timed(backend, requests) -> tuple[float, list]:
+    start = time.perf_counter()
+    out = backend.generate(requests)
+    return time.perf_counter() - start, out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workloads", default="decode,longbench")
+    parser.add_argument("--methods", default="rope,lampe")
+    parser.add_argument("--prompts", type=int, default=16)
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--batch-size", type=int, default=16)
+    args = parser.parse_args()
+
+    import dataclasses
+
+    from lampe_eval.backends.base import GenerationRequest
+    from lampe_eval.backends.hf import HFBackend
+    from lampe_eval.backends.vllm import VLLMBackend, vllm_version
+    from lampe_eval.methods.resolve import resolve_method
+    from lampe_eval.models import load_for_engine, load_model
+
+    lm = load_model("smollm2-135m", device="cpu", dtype="fp32")
+    print(f"SmolLM2-135M fp32, {vllm_version()}, {args.prompts} prompts, {args.new_tokens} new tokens")
+    print("| workload | method | backend | seconds | new tokens/s | x HF batch 1 | same tokens as HF batch 1 |")
+    print("|---|---|---|---|---|---|---|")
+    for workload in args.workloads.split(","):
+        length = WORKLOADS[workload]
+        window = length // 2
+        requests = [
+            GenerationRequest("", args.new_tokens, input_ids=p) for p in prompts(lm.tokenizer, args.prompts, length)
+        ]
+        half = dataclasses.replace(lm, pretraining_window=window)
+        engine_lm = load_for_engine("smollm2-135m", pretraining_window=window)
+        vllm = VLLMBackend(engine_lm, batch_size=args.batch_size, dtype="fp32")
+        start = time.perf_counter()
+        vllm._engine(length + args.new_tokens)
+        print(f"<!-- {workload}: vLLM engine start {time.perf_counter() - start:.1f} s -->")
+        for name in args.methods.split(","):
+            hf1, hfn = HFBackend(half, 1), HFBackend(half, args.batch_size)
+            method = resolve_method(name, window, length, base=hf1.rope_base()).method
+            rows = []
+            for label, backend in (("hf, batch 1", hf1), (f"hf, batch {args.batch_size}", hfn), ("vllm", vllm)):
+                with backend.install(method):
+                    rows.append((label, *timed(backend, requests)))
+            reference = rows[0][2]
+            for label, seconds, out in rows:
+                tokens = sum(g.new_tokens for g in out)
+                same = sum(a.token_ids == b.token_ids for a, b in zip(out, reference, strict=True))
+                ratio = rows[0][1] / seconds
+                print(
+                    f"| {workload} ({length}) | {name} | {label} | {seconds:.1f} | {tokens / seconds:.1f} | "
+                    f"{ratio:.2f}x | {same}/{len(out)} |",
+                    flush=True,
+                )
+        vllm.close()
+
+
+if __name__ == "__main__":  # vLLM spawns its engine process
+    main()

