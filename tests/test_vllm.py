@@ -133,7 +133,7 @@ def test_run_with_the_vllm_backend_writes_the_hf_backends_records(
         out = tmp_path / backend
         args = ["run", "--method", method, "--bench", bench, "--len", length, "--limit", "2"]
         if method == "lampe":  # remap within the window too, so every segment is active at 2K
-            args += ["--param", "lampe:identity_within_window=false"]
+            args += ["--param", "identity_within_window=false"]
         if bench == "ruler":
             args += ["--task", "niah_single_1"]
         result = CliRunner().invoke(app, [*args, "--backend", backend, "--out", str(out), "--no-progress"])
