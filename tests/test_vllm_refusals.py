@@ -54,7 +54,13 @@ def test_a_gguf_file_is_refused_before_loading(tmp_path: Path, vllm_present: Non
 
 
 @pytest.mark.parametrize(
-    ("flags", "words"), [(["--ray"], "drop --ray"), (["--device-map", "auto"], "drop --device-map")]
+    ("flags", "words"),
+    [
+        (["--ray"], "drop --ray"),
+        (["--device-map", "auto"], "drop --device-map"),
+        (["--workers", "2"], "drop --workers/--gpus"),
+        (["--gpus", "0,1"], "drop --workers/--gpus"),
+    ],
 )
 def test_settings_vllm_does_not_take_are_one_line(flags: list[str], words: str, vllm_present: None) -> None:
     code, output = run("--backend", "vllm", *flags, "--method", "rope", "--bench", "pg19", "--len", "2k")

@@ -59,8 +59,13 @@ def check_vllm_settings(settings: Any) -> None:
             "--backend vllm places the model itself: drop --device-map/--gpus-per-worker (vLLM's tensor "
             "parallelism is not wired yet)"
         )
-    if settings.ray:
-        raise LampeEvalError("--backend vllm runs in local workers: drop --ray")
+    if settings.ray or settings.ray_address:
+        raise LampeEvalError("--backend vllm runs its one engine from this process: drop --ray")
+    if (settings.workers or 1) > 1 or settings.gpus:
+        raise LampeEvalError(
+            "--backend vllm runs one engine from this process (vLLM batches the requests itself): drop "
+            "--workers/--gpus and choose the GPU with CUDA_VISIBLE_DEVICES"
+        )
 
 
 def check_vllm_model(name: str) -> None:

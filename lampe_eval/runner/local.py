@@ -155,6 +155,8 @@ def make_handles(config: WorkerConfig, store: ResultStore, settings: RunSettings
                 init_kwargs=init,
             )
         )
+    if settings.backend == "vllm":  # one engine, started from this process (it spawns its own)
+        return [InlineHandle(config, store)]
     device, workers = config.device, settings.workers
     gpus = list(settings.gpus) if settings.gpus is not None else None
     if settings.load is not None and workers is None and gpus is None:
