@@ -172,6 +172,12 @@ def _attention_modules(model: Any) -> dict[int, Any]:
     return found
 
 
+def _max_sequences(worker: Any) -> int:
+    """The engine's ``max_num_seqs``: how many sequences one forward pass may hold."""
+    scheduler = getattr(getattr(worker, "vllm_config", None), "scheduler_config", None)
+    return int(getattr(scheduler, "max_num_seqs", 0) or 256)
+
+
 def _model(worker: Any) -> Any:
     runner = worker.model_runner
     return runner.get_model() if hasattr(runner, "get_model") else runner.model
@@ -224,7 +230,9 @@ def install(worker: Any, method: Method, base: RopeBase) -> str:
     for index in sorted(patched):
         _RESTORE.append((modules[index], modules[index].rotary_emb))
         modules[index].rotary_emb = _Unrotated()
-    _INSTALLED = Installed(PatchState(method=method, base=base), patched)
+    # a plan per sequence of a forward pass (and the step before): kept across layers
+    state = PatchState(method=method, base=base, max_plans=2 * _max_sequences(worker))
+    _INSTALLED = Installed(state, patched)
     return "attention"
 
 

@@ -38,7 +38,6 @@ from .base import FrequencyMethod, Method, RopeBase
 
 SUPPORTED_ATTENTION = ("LlamaAttention", "MistralAttention", "Qwen2Attention")
 _STATE_ATTR = "_lampe_eval_patch_state"  # the PatchState of a patched model (see new_cache)
-MAX_PLANS = 64  # plans a PatchState keeps (at least the sequences of one forward pass)
 
 
 # FALLBACK only (caches not made by new_cache): the rotated key copies of every generation, by cache
@@ -67,8 +66,10 @@ class PatchState:
     context_length: int | None = None  # l of the latest sequence prefilled (the prompt length)
     # FALLBACK budget (prompt + new tokens) for caches that carry none, set by generation_budget
     total_length: int | None = None
-    # plans by (l, kv_len, budget): computed once per forward pass and shared by all layers, one per
-    # sequence when a backend runs several sequences of different lengths through each layer
+    # plans kept by (l, kv_len, budget), computed once per forward pass and shared by all layers: one (a
+    # plan memoises its tables, so an old one is dropped), or one per sequence of a forward pass when the
+    # backend runs several sequences of different lengths through each layer (vLLM)
+    max_plans: int = 1
     _plans: dict[tuple[int, int, int | None], AttentionPlan] = field(default_factory=dict, repr=False)
 
     def plan(self, context_length: int, kv_len: int, total_length: int | None) -> AttentionPlan:
@@ -80,7 +81,7 @@ class PatchState:
             key = (0, 0, None)  # fixed frequencies: one plan for all lengths (rope init is slow)
         plan = self._plans.get(key)
         if plan is None:
-            if len(self._plans) >= MAX_PLANS:  # the sequences of earlier steps: their plans are done
+            if len(self._plans) >= self.max_plans:  # those of an earlier forward pass: done
                 self._plans.clear()
             plan = self._plans[key] = self.method.plan_with_budget(
                 self.base, context_length, kv_len, total_length
