@@ -160,26 +160,19 @@ def test_run_with_the_vllm_backend_writes_the_hf_backends_records(
 def _native(name: str, theta: float, dim: int, window: int, factor: float) -> dict[str, Any]:
     """The rope parameters that make vLLM's own rotary embedding compute ``name`` at ``factor`` (the
     table docs/vllm.md gives; vLLM's own ``ntk`` type is another NTK, so static NTK is a new base)."""
+    yarn = {
+        "rope_type": "yarn",
+        "factor": factor,
+        "rope_theta": theta,
+        "beta_fast": 32,
+        "beta_slow": 1,
+        "original_max_position_embeddings": window,
+    }
     return {
         "linear": {"rope_type": "linear", "factor": factor, "rope_theta": theta},
         "ntk": {"rope_type": "default", "rope_theta": theta * factor ** (dim / (dim - 2))},
-        "yarn": {
-            "rope_type": "yarn",
-            "factor": factor,
-            "rope_theta": theta,
-            "beta_fast": 32,
-            "beta_slow": 1,
-            "original_max_position_embeddings": window,
-        },
-        "ntk_by_parts": {
-            "rope_type": "yarn",
-            "factor": factor,
-            "rope_theta": theta,
-            "beta_fast": 32,
-            "beta_slow": 1,
-            "original_max_position_embeddings": window,
-            "attention_factor": 1.0,
-        },
+        "yarn": yarn,
+        "ntk_by_parts": {**yarn, "attention_factor": 1.0},  # YaRN without its temperature
         "llama3": {
             "rope_type": "llama3",
             "factor": factor,

@@ -39,6 +39,10 @@ class GenerationRequest:
     input_ids: tuple[int, ...] | None = None
     budget: int | None = None
 
+    def total_length(self, prompt_tokens: int) -> int:
+        """The length the generation may reach: ``budget``, else prompt + new tokens."""
+        return self.budget or prompt_tokens + max(1, self.max_new_tokens)
+
 
 @dataclass(frozen=True)
 class Generation:

@@ -75,7 +75,7 @@ class HFBackend:
             request.max_new_tokens,
             request.min_new_tokens,
             request.stop_token_ids,
-            self._budget(request, len(ids)),
+            request.total_length(len(ids)),
         )
 
     def _ids(self, request: GenerationRequest) -> list[int]:
@@ -87,10 +87,6 @@ class HFBackend:
                 self._tokenized.clear()
             ids = self._tokenized[request.prompt] = prompt_ids(self.lm.tokenizer, request.prompt)
         return ids
-
-    @staticmethod
-    def _budget(request: GenerationRequest, prompt_tokens: int) -> int:
-        return request.budget or prompt_tokens + max(1, request.max_new_tokens)
 
     def _in_batches(self, requests: Sequence[R], run_batch: Callable[[list[R]], list[T]]) -> list[T]:
         """``run_batch`` over runnable batches of ``requests`` (equal keys, at most ``batch_size``), the
@@ -118,7 +114,7 @@ class HFBackend:
         eos = _eos_ids(self.lm.model, self.lm.tokenizer) | set(first.stop_token_ids)
         start = time.perf_counter()
         output = self.generate_ids(
-            input_ids, self._budget(first, prompt_tokens), first.max_new_tokens, first.min_new_tokens, eos
+            input_ids, first.total_length(prompt_tokens), first.max_new_tokens, first.min_new_tokens, eos
         )
         seconds = (time.perf_counter() - start) / len(requests)
         results = []
@@ -219,7 +215,12 @@ def _version(distribution: str) -> str:
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
-    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    return eos_ids(getattr(model, "generation_config", None), tokenizer)
+
+
+def eos_ids(generation_config: Any, tokenizer: Any) -> set[int]:
+    """The tokens that end a generation: the generation config's, else the tokenizer's."""
+    eos = getattr(generation_config, "eos_token_id", None)
     if eos is None:
         eos = tokenizer.eos_token_id
     return set(eos) if isinstance(eos, (list, tuple)) else ({eos} if eos is not None else set())

@@ -19,6 +19,8 @@ from collections.abc import Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+import torch
+
 from ..errors import LampeEvalError
 from ..methods.base import Method, RopeBase
 from ..methods.patch import rope_base_from_config
@@ -26,7 +28,7 @@ from ..models import LoadedModel
 from ..prompts import prompt_ids
 from . import vllm_plugin
 from .base import Generation, GenerationRequest, NLLRequest, Request, TokenNLL
-from .hf import _cut, _until_eos
+from .hf import _cut, _until_eos, eos_ids
 
 DEFAULT_KV_CACHE_GIB = "4"  # VLLM_CPU_KVCACHE_SPACE when the user set none
 MIN_MODEL_LEN = 4096
@@ -101,7 +103,6 @@ class VLLMBackend:
         self._method: Method | None = None
         self._installed_as = "none"
         self._eos = self._eos_ids()
-        self._tokenized: dict[str, list[int]] = {}
 
     # ---------------------------------------------------------------------------------- engine
     def _engine(self, longest: int) -> Any:
@@ -199,27 +200,20 @@ class VLLMBackend:
         return "nll" if isinstance(request, NLLRequest) else "generate"
 
     def _ids(self, request: GenerationRequest) -> list[int]:
+        """The request's tokens (``batch_key`` needs none here, so each prompt is tokenized once)."""
         if request.input_ids is not None:
             return list(request.input_ids)
-        ids = self._tokenized.get(request.prompt)
-        if ids is None:
-            if len(self._tokenized) >= 4 * self.batch_size + 4:
-                self._tokenized.clear()
-            ids = self._tokenized[request.prompt] = prompt_ids(self.lm.tokenizer, request.prompt)
-        return ids
+        return prompt_ids(self.lm.tokenizer, request.prompt)
 
     def _eos_ids(self) -> set[int]:
-        """The tokens that end a generation: the model's generation config's, else the tokenizer's (what
-        the Hugging Face backend stops at)."""
+        """What the Hugging Face backend stops at, from the model directory's generation config."""
         from transformers import GenerationConfig
 
         try:
-            eos = GenerationConfig.from_pretrained(self.source).eos_token_id
+            config = GenerationConfig.from_pretrained(self.source)
         except (OSError, ValueError):
-            eos = None
-        if eos is None:
-            eos = self.lm.tokenizer.eos_token_id
-        return set(eos) if isinstance(eos, (list, tuple)) else ({eos} if eos is not None else set())
+            config = None
+        return eos_ids(config, self.lm.tokenizer)
 
     # ------------------------------------------------------------------------------ generation
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
@@ -234,7 +228,7 @@ class VLLMBackend:
     ) -> dict[int, Generation]:
         from vllm import SamplingParams
 
-        budgets = [r.budget or len(i) + max(1, r.max_new_tokens) for r, i in zip(requests, ids, strict=True)]
+        budgets = [r.total_length(len(i)) for r, i in zip(requests, ids, strict=True)]
         llm = self._engine(max(budgets))
         params = [
             SamplingParams(
@@ -248,12 +242,12 @@ class VLLMBackend:
             for r in requests
         ]
         prompts = [{"prompt_token_ids": i} for i in ids]
-        outputs = self._run(llm, prompts, params, dict(zip((len(i) for i in ids), budgets, strict=True)))
-        seconds = outputs[1] / len(requests)
+        outputs, wall = self._run(
+            llm, prompts, params, dict(zip((len(i) for i in ids), budgets, strict=True))
+        )
+        seconds = wall / len(requests)
         results = {}
-        for index, request, prompt, output in zip(indices, requests, ids, outputs[0], strict=True):
-            import torch
-
+        for index, request, prompt, output in zip(indices, requests, ids, outputs, strict=True):
             eos = self._eos | set(request.stop_token_ids)
             tokens = _until_eos(torch.tensor(list(output.outputs[0].token_ids), dtype=torch.long), eos)
             text = _cut(self.lm.tokenizer.decode(tokens, skip_special_tokens=True), request.stop)
@@ -303,7 +297,7 @@ def _one_budget_per_length(requests: Sequence[GenerationRequest], ids: list[list
     sequence's budget by its prompt length)."""
     batches: list[tuple[dict[int, int | None], list[int]]] = []
     for index, (request, prompt) in enumerate(zip(requests, ids, strict=True)):
-        budget = request.budget or len(prompt) + max(1, request.max_new_tokens)
+        budget = request.total_length(len(prompt))
         for known, members in batches:
             if known.get(len(prompt), budget) == budget:
                 known[len(prompt)] = budget
