@@ -213,3 +213,25 @@ def test_vllms_own_rope_scaling_gives_our_frequencies_and_attention_factor(name:
     theirs = native.cos_sin_cache[:1024].float()
     assert theirs[0, : dim // 2] == pytest.approx(ours[0, : dim // 2].tolist(), abs=1e-6)  # the factor
     assert (theirs - ours).abs().max().item() < 5e-4
+
+
+@pytest.mark.parametrize(
+    ("module", "metadata", "impl"),
+    [
+        ("vllm.v1.attention.backends.cpu_attn", "CPUAttentionMetadata", "CPUAttentionBackendImpl"),
+        ("vllm.v1.attention.backends.flash_attn", "FlashAttentionMetadata", "FlashAttentionImpl"),
+    ],
+)
+def test_both_platform_backends_give_what_the_lampe_backend_reads(
+    module: str, metadata: str, impl: str
+) -> None:
+    """The CUDA backend has never run here (no GPU): its metadata and forward must at least have the shape
+    the lampe attention reads on CPU (``vllm_worker.Installed.pass_for``, ``LampeAttentionImpl.forward``)."""
+    import importlib
+    import inspect
+
+    found = importlib.import_module(module)
+    fields = {f.name for f in dataclasses.fields(getattr(found, metadata))}
+    assert {"query_start_loc", "seq_lens", "block_table"} <= fields
+    parameters = list(inspect.signature(getattr(found, impl).forward).parameters)
+    assert parameters[:8] == ["self", "layer", "query", "key", "value", "kv_cache", "attn_metadata", "output"]

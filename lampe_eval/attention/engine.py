@@ -155,6 +155,33 @@ class AttentionPlan:
 
         return self._memo(("decode", q_start, dtype, device), make)
 
+    def segment_step(self, q_start: int, dtype: torch.dtype, device: torch.device) -> SegmentStep:
+        """A single-query call at ``q_start`` with *every* segment, visible or not (an empty one gets an
+        empty key range), ordered by key copy: the same shape for every sequence a method plans, so
+        :mod:`.slots` can run many sequences' decode steps as one batch."""
+
+        def make() -> SegmentStep:
+            copy_of = self.key_groups()[0]
+            order = sorted(range(len(self.segments)), key=lambda s: copy_of[s])
+            at = torch.tensor([q_start], device=device)
+            bounds = [self.segments[s].region.bounds(at) for s in order]
+            queries = [
+                rotation_matrix(*self.query_table(s, q_start, q_start + 1, torch.float32, device))
+                for s in order
+            ]
+            keys = [
+                rotation_matrix(*self.key_table(c, q_start, q_start + 1, torch.float32, device))
+                for c in range(len(self.key_groups()[1]))
+            ]
+            return SegmentStep(
+                _heads_first(side_by_side(queries)).to(dtype),
+                _heads_first(side_by_side(keys)).to(dtype),
+                tuple(copy_of[s] for s in order),
+                tuple((int(start[0]), int(stop[0])) for start, stop in bounds),
+            )
+
+        return self._memo(("segments", q_start, dtype, device), make)
+
     def rotate(self, x: torch.Tensor, segment: int, side: str, first: int, end: int) -> torch.Tensor:
         """Rotate rows ``first..end-1`` (absolute indices), held in ``x`` [..., end-first, D], at the
         segment's query (``side="q"``) or key (``side="k"``) positions, cos and sin times
@@ -236,6 +263,23 @@ class DecodeStep:
     query_rotation: torch.Tensor  # [D, segments * D]
     key_rotation: torch.Tensor  # [D, copies * D]
     parts: list[tuple[int, int, int]]  # (copy, key_lo, key_hi)
+
+
+@dataclass(frozen=True)
+class SegmentStep:
+    """A single-query call over every segment (:meth:`AttentionPlan.segment_step`): rotation matrices
+    [H, D, parts * D] (queries: cos/sin factor and query scale included) and [H, D, copies * D] (keys),
+    H = 1 unless positions are per head; each part's key copy (non-decreasing) and key range."""
+
+    query_rotation: torch.Tensor
+    key_rotation: torch.Tensor
+    copies: tuple[int, ...]
+    ranges: tuple[tuple[int, int], ...]  # (first key, stop) per part; first == stop: nothing visible
+
+
+def _heads_first(matrices: torch.Tensor) -> torch.Tensor:
+    """[D, X] or [H, D, X] rotation matrices as [H, D, X] (H = 1 when shared by every head)."""
+    return matrices.reshape(-1, *matrices.shape[-2:])
 
 
 KeyCopy = tuple[torch.Tensor, int]  # rotated keys [B, Hkv, len, D] and the absolute index of their first row

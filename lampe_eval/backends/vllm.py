@@ -242,8 +242,9 @@ class VLLMBackend:
             for r in requests
         ]
         prompts = [{"prompt_token_ids": i} for i in ids]
+        reach = max(len(i) + p.max_tokens for i, p in zip(ids, params, strict=True))
         outputs, wall = self._run(
-            llm, prompts, params, dict(zip((len(i) for i in ids), budgets, strict=True))
+            llm, prompts, params, dict(zip((len(i) for i in ids), budgets, strict=True)), reach
         )
         seconds = wall / len(requests)
         results = {}
@@ -257,11 +258,12 @@ class VLLMBackend:
         return results
 
     def _run(
-        self, llm: Any, prompts: list[dict], params: Any, budgets: dict[int, int | None]
+        self, llm: Any, prompts: list[dict], params: Any, budgets: dict[int, int | None], reach: int
     ) -> tuple[list[Any], float]:
-        """One ``LLM.generate`` call, the batch's budgets announced to the installed method first."""
+        """One ``LLM.generate`` call, the batch's budgets (by prompt length) and the most tokens a sequence
+        may reach announced to the installed method first."""
         if self._installed_as == "attention":
-            self._rpc("begin_batch", [[length, budget] for length, budget in budgets.items()])
+            self._rpc("begin_batch", [[length, budget] for length, budget in budgets.items()], reach)
         start = time.perf_counter()
         try:
             outputs = llm.generate(prompts, params, use_tqdm=False)
@@ -287,7 +289,7 @@ class VLLMBackend:
         ids = list(input_ids)
         llm = self._engine(len(ids) + 1)
         params = SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=0, detokenize=False)
-        outputs, _ = self._run(llm, [{"prompt_token_ids": ids}], params, {len(ids): None})
+        outputs, _ = self._run(llm, [{"prompt_token_ids": ids}], params, {len(ids): None}, len(ids) + 1)
         found = outputs[0].prompt_logprobs
         return [float(found[i][ids[i]].logprob) for i in range(1, len(ids))]
 

@@ -11,16 +11,18 @@ installed:
   patched layers get a copy of their rotary embedding whose cos/sin table is the method's (its inverse
   frequencies and attention factor): vLLM's own rotary kernel and attention run unchanged.
 * every **other method** (the position methods, dynamic NTK): the patched layers' rotary embedding lets
-  the query and key through un-rotated, and their attention runs
-  :func:`lampe_eval.methods.patch.attend_patched`, the code the Hugging Face backend runs, one sequence at
-  a time, with one :class:`~lampe_eval.attention.kv_cache.RotatedKeyCache` per sequence: each sequence has
-  its own plan (LaMPE's mapping follows its prompt length), and a decode step rotates only its new key.
+  the query and key through un-rotated, and their attention runs lampe-eval's engine over
+  :class:`~lampe_eval.attention.slots.SlotPool` s (one per layer: every sequence's keys, rotated once per
+  key map, and values, in a slot of its own). Each sequence has its own plan (LaMPE's mapping follows its
+  prompt length). A prefill runs one sequence at a time (:func:`~lampe_eval.attention.slots.attend_sequence`,
+  the Hugging Face backend's arithmetic); the decode rows of a pass run as one batch per plan shape
+  (:class:`~lampe_eval.attention.slots.DecodeBatch`): a dozen PyTorch calls per layer for all of them.
 
 A sequence is known by the first block of its block table; its plan is fixed by its prefill, which must
 hold its whole prompt (chunked prefill and prefix caching are switched off by the backend, and a prefill
 of a length the batch did not announce, e.g. a preempted sequence computed again, fails loudly). The
-paged cache is still written by the base backend but the patched layers read their own caches (memory: a
-second copy of their keys and values; see docs/vllm.md).
+paged cache is still written by the base backend but the patched layers read their pools (memory: a
+second copy of their keys, one per key map, and values; see docs/vllm.md).
 """
 
 from __future__ import annotations
@@ -34,13 +36,34 @@ from typing import Any
 
 import torch
 
-from ..attention.kv_cache import RotatedKeyCache
+from ..attention import AttentionPlan
+from ..attention.slots import DecodeBatch, SlotPool, attend_sequence, decode_batches
 from ..errors import LampeEvalError
 from ..methods import METHODS
 from ..methods.base import FrequencyMethod, Method, RopeBase
-from ..methods.patch import PatchState, attend_patched, rope_base_from_config
+from ..methods.patch import PatchState, rope_base_from_config
 
 _LAYER_INDEX = re.compile(r"layers\.(\d+)\.")
+
+
+@dataclass
+class _Sequence:
+    """A sequence in flight: its slot in the pools, its prompt length l (the plan's), budget and length."""
+
+    slot: int
+    context_length: int
+    budget: int | None
+    length: int = 0
+
+
+@dataclass
+class _Pass:
+    """One forward pass's rows, sorted once for every patched layer: rows run one sequence at a time
+    ((first row, stop, sequence, plan, first position): prefills) and batches of decode rows."""
+
+    metadata: Any
+    calls: list[tuple[int, int, _Sequence, AttentionPlan, int]]
+    decodes: list[tuple[torch.Tensor, DecodeBatch]]
 
 
 @dataclass
@@ -49,13 +72,54 @@ class Installed:
 
     state: PatchState
     layers: frozenset[int]  # patched layer indices whose attention the backend runs
+    slots: int  # sequences a forward pass may hold (max_num_seqs): the pools' slots
     budgets: dict[int, int | None] = field(default_factory=dict)  # prompt length -> budget, this batch
-    caches: dict[int, RotatedKeyCache] = field(default_factory=dict)  # by first block id
+    capacity: int = 0  # tokens a sequence of this batch may reach
+    sequences: dict[int, _Sequence] = field(default_factory=dict)  # by first block id
+    pools: dict[int, SlotPool] = field(default_factory=dict)  # by layer
+    current: _Pass | None = None
 
-    def cache_for(self, sequence: int, layer: int, q_start: int, kv_len: int) -> RotatedKeyCache:
-        """The cache of the sequence whose block table starts with block ``sequence``; a pass from
-        position 0 starts a new one (its budget from the lengths the batch announced)."""
-        cache = self.caches.get(sequence)
+    def begin(self, budgets: dict[int, int | None], capacity: int) -> None:
+        self.budgets, self.capacity = budgets, capacity
+        self.sequences.clear()
+        self.pools.clear()
+        self.current = None
+
+    def pool(self, layer: int) -> SlotPool:
+        if layer not in self.pools:
+            self.pools[layer] = SlotPool(self.slots, self.capacity)
+        return self.pools[layer]
+
+    def pass_for(self, metadata: Any, like: torch.Tensor) -> _Pass:
+        """The rows of the forward pass ``metadata`` describes (sorted at its first patched layer)."""
+        if self.current is not None and self.current.metadata is metadata:
+            return self.current
+        starts = metadata.query_start_loc.tolist()
+        seq_lens = metadata.seq_lens.tolist()
+        first_blocks = metadata.block_table[:, 0].tolist()
+        live = set(first_blocks[: len(seq_lens)])
+        calls, decodes = [], []
+        for row, kv_len in enumerate(seq_lens):
+            a, b = starts[row], starts[row + 1]
+            if b <= a:
+                continue
+            q_start = kv_len - (b - a)
+            sequence = self._sequence(first_blocks[row], q_start, kv_len, live)
+            plan = self.state.plan(sequence.context_length, kv_len, sequence.budget)
+            sequence.length = kv_len
+            if b - a == 1 and q_start > 0 and self.state.method.fixed_key_positions():
+                decodes.append((a, sequence.slot, plan, q_start))
+            else:
+                calls.append((a, b, sequence, plan, q_start))
+        steps = [plan.segment_step(q, like.dtype, like.device) for _, _, plan, q in decodes]
+        batches = decode_batches(steps, [d[1] for d in decodes], [d[3] for d in decodes])
+        rows = [(torch.tensor([decodes[r][0] for r in group], device=like.device), b) for group, b in batches]
+        self.current = _Pass(metadata, calls, rows)
+        return self.current
+
+    def _sequence(self, first_block: int, q_start: int, kv_len: int, live: set[int]) -> _Sequence:
+        """The sequence whose block table starts with ``first_block``; a pass from position 0 starts a new
+        one (its budget from the lengths the batch announced) in a free slot."""
         if q_start == 0:
             if kv_len not in self.budgets:
                 raise LampeEvalError(
@@ -63,16 +127,29 @@ class Installed:
                     "or a preempted sequence computed again): give the engine more KV cache "
                     "(VLLM_CPU_KVCACHE_SPACE) or a smaller --batch-size"
                 )
-            if cache is None or cache.get_seq_length(layer) > 0:  # a new sequence in these blocks
-                cache = self.caches[sequence] = RotatedKeyCache(total_length=self.budgets[kv_len])
-            return cache
-        if cache is None or cache.get_seq_length(layer) != q_start:
+            ended = self.sequences.pop(first_block, None)  # its blocks are free: that sequence is done
+            slot = ended.slot if ended is not None else self._free_slot(live)
+            self.sequences[first_block] = _Sequence(slot, kv_len, self.budgets[kv_len])
+            return self.sequences[first_block]
+        sequence = self.sequences.get(first_block)
+        if sequence is None or sequence.length != q_start:
             raise LampeEvalError(
-                f"vllm: a sequence continues at position {q_start} but its cache holds "
-                f"{0 if cache is None else cache.get_seq_length(layer)} tokens (prefix caching, chunked "
+                f"vllm: a sequence continues at position {q_start} but its slot holds "
+                f"{0 if sequence is None else sequence.length} tokens (prefix caching, chunked "
                 "prefill or preemption changed it); these are switched off by lampe-eval's vLLM backend"
             )
-        return cache
+        return sequence
+
+    def _free_slot(self, live: set[int]) -> int:
+        """The lowest free slot; sequences absent from this pass have finished (every running sequence
+        is in every pass: no chunked prefill) and give theirs back."""
+        for first_block in [b for b in self.sequences if b not in live]:
+            del self.sequences[first_block]
+        taken = {s.slot for s in self.sequences.values()}
+        free = next((slot for slot in range(self.slots) if slot not in taken), None)
+        if free is None:
+            raise LampeEvalError(f"vllm: more sequences in flight than max_num_seqs ({self.slots})")
+        return free
 
 
 _INSTALLED: Installed | None = None
@@ -120,25 +197,25 @@ class LampeAttentionImpl(_BaseImpl):  # type: ignore[misc, valid-type]
         index = layer_index(layer.layer_name)
         if attn_metadata is None or installed is None or index not in installed.layers:
             return super().forward(layer, query, key, value, kv_cache, attn_metadata, output, *args, **kwargs)
-        starts = attn_metadata.query_start_loc.tolist()
-        seq_lens = attn_metadata.seq_lens.tolist()
-        first_blocks = attn_metadata.block_table[:, 0].tolist()
-        for row, kv_len in enumerate(seq_lens):
-            a, b = starts[row], starts[row + 1]
-            if b <= a:
-                continue
-            q_start = kv_len - (b - a)
-            cache = installed.cache_for(first_blocks[row], index, q_start, kv_len)
-            out = attend_patched(
-                installed.state,
-                index,
+        current = installed.pass_for(attn_metadata, query)
+        pool = installed.pool(index)
+        rotated = installed.state.method.fixed_key_positions()
+        for a, b, sequence, plan, q_start in current.calls:
+            out = attend_sequence(
+                pool,
+                sequence.slot,
+                plan,
                 self.scale,
                 query[a:b].transpose(0, 1).unsqueeze(0),
                 key[a:b].transpose(0, 1).unsqueeze(0),
                 value[a:b].transpose(0, 1).unsqueeze(0),
-                cache,
+                q_start,
+                rotated,
             )
             output[a:b].copy_(out[0].transpose(0, 1).reshape(output[a:b].shape))
+        for rows, batch in current.decodes:
+            out = batch.attend(pool, self.scale, query[rows], key[rows], value[rows])
+            output.index_copy_(0, rows, out.reshape(rows.shape[0], *output.shape[1:]).to(output.dtype))
         return output
 
 
@@ -231,8 +308,9 @@ def install(worker: Any, method: Method, base: RopeBase) -> str:
         _RESTORE.append((modules[index], modules[index].rotary_emb))
         modules[index].rotary_emb = _Unrotated()
     # a plan per sequence of a forward pass (and the step before): kept across layers
-    state = PatchState(method=method, base=base, max_plans=2 * _max_sequences(worker))
-    _INSTALLED = Installed(state, patched)
+    slots = _max_sequences(worker)
+    state = PatchState(method=method, base=base, max_plans=2 * slots)
+    _INSTALLED = Installed(state, patched, slots)
     return "attention"
 
 
@@ -272,14 +350,13 @@ class LampeWorkerExtension:
     def lampe_uninstall(self) -> None:
         uninstall()
 
-    def lampe_begin_batch(self, budgets: list[tuple[int, int | None]]) -> None:
-        """Announce the next batch: (prompt length, budget: prompt + new tokens) of each prompt length."""
+    def lampe_begin_batch(self, budgets: list[tuple[int, int | None]], capacity: int) -> None:
+        """Announce the next batch: (prompt length, budget: prompt + new tokens) of each prompt length, and
+        the most tokens a sequence of it may reach."""
         if _INSTALLED is not None:
-            _INSTALLED.budgets = {int(length): budget for length, budget in budgets}
-            _INSTALLED.caches.clear()
+            _INSTALLED.begin({int(length): budget for length, budget in budgets}, int(capacity))
 
     def lampe_end_batch(self) -> None:
-        """Free the caches of the batch that finished."""
+        """Free the pools of the batch that finished."""
         if _INSTALLED is not None:
-            _INSTALLED.caches.clear()
-            _INSTALLED.budgets = {}
+            _INSTALLED.begin({}, 0)

@@ -339,8 +339,9 @@ def attend_patched(
     cache: Any,
 ) -> torch.Tensor:
     """One patched layer's attention: un-rotated ``query`` [B, Hq, n, D], ``key``/``value`` [B, Hkv, n, D]
-    of the new tokens, and the generation's KV ``cache`` (None: a pass over the whole sequence). The one
-    code path of every backend (the HF forward above, vLLM's attention backend)."""
+    of the new tokens, and the generation's KV ``cache`` (None: a pass over the whole sequence). The vLLM
+    backend runs the same engine calls over its slot pools (``attention/slots.py``), which the tests hold
+    equal to this."""
     n = query.shape[2]
     if cache is None:
         plan = state.plan_for(0, n)
