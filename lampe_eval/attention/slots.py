@@ -152,21 +152,22 @@ class DecodeBatch:
         kv_heads = key.shape[1]
         group = q_heads // kv_heads
         pool.check_room(self.end)
-        rotated = (key[:, :, None, :] @ self.key_rotation).view(rows, kv_heads, -1, dim)
+        rotated = _rotate(key, self.key_rotation).view(rows, kv_heads, -1, dim)
         for copy in range(self.copies):
             pool.key_copy(copy, key[:, :, None])[self.slots, :, self.positions] = rotated[:, :, copy]
         values = pool.value_store(key[:, :, None])
         values[self.slots, :, self.positions] = value
-        queries = ((query * scale)[:, :, None, :] @ self.query_rotation).view(rows, q_heads, -1, dim)
+        # [rows, Hkv, parts, group, D]: each part's queries of one key head side by side for one matmul
+        queries = _rotate(query * scale, self.query_rotation).view(rows, kv_heads, group, -1, dim)
+        queries = queries.transpose(2, 3).contiguous()
         if not self.dense:  # rows to their slots' places in the range read
             placed = queries.new_zeros((self.width, *queries.shape[1:]))
             placed[self.offsets] = queries
             queries = placed
-        queries = queries.view(self.width, kv_heads, group, -1, dim)
         window = slice(self.first_slot, self.first_slot + self.width)
         scores = torch.cat(
             [
-                queries[:, :, :, index] @ pool.keys[part.copy][window, :, part.lo : part.hi].transpose(-1, -2)
+                queries[:, :, index] @ pool.keys[part.copy][window, :, part.lo : part.hi].transpose(-1, -2)
                 for index, part in zip(self.part_index, self.parts, strict=True)
             ],
             dim=-1,
@@ -182,6 +183,17 @@ class DecodeBatch:
         assert out is not None
         out = out.reshape(self.width, q_heads, dim)
         return out if self.dense else out[self.offsets]
+
+
+def _rotate(x: torch.Tensor, rotation: torch.Tensor) -> torch.Tensor:
+    """``x`` [rows, H, D] times ``rotation`` [rows or 1, H or 1, D, X]: [rows, H, X], in one GEMM when
+    the rotation is shared (a broadcast matmul would copy it per row and head)."""
+    rows, heads, dim = x.shape
+    if rotation.shape[1] == 1:
+        if rotation.shape[0] == 1:
+            return (x.reshape(rows * heads, dim) @ rotation[0, 0]).view(rows, heads, -1)
+        return torch.bmm(x, rotation[:, 0])
+    return (x[:, :, None, :] @ rotation)[:, :, 0]  # per head (Ms-PoE)
 
 
 def batch_shape(step: SegmentStep) -> tuple:
