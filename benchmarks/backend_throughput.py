@@ -7,14 +7,18 @@ LongBench-shaped (16 prompts of 4K tokens, 128 new tokens). The model's window i
 prompt, so every LaMPE segment is active. Tokens per second = new tokens / wall time of the whole
 workload (the vLLM engine's start-up excluded, timed apart); the ratio is to the first backend of
 ``--backends`` (HF batch 1 by default), and so are the greedy tokens (a differing prompt is counted).
+``--repeats N`` runs every method and backend in N interleaved rounds and reports median seconds (and
+the range), since one run of a shared machine can be 20 % slow; a comment line gives each method's time
+over the first method's on each backend.
 
     python benchmarks/backend_throughput.py [--workloads decode,longbench] [--methods rope,lampe]
-        [--prompts 16] [--new-tokens 128] [--batch-size 16] [--backends hf1,hfn,vllm]
+        [--prompts 16] [--new-tokens 128] [--batch-size 16] [--backends hf1,hfn,vllm] [--repeats 1]
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 
 WORKLOADS = {"decode": 256, "longbench": 4096}  # prompt tokens
@@ -42,6 +46,7 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--backends", default="hf1,hfn,vllm", help="hf1: HF batch 1, hfn: HF batched, vllm")
+    parser.add_argument("--repeats", type=int, default=1, help="rounds of every run; seconds are medians")
     args = parser.parse_args()
 
     import dataclasses
@@ -77,28 +82,47 @@ def main() -> None:
         start = time.perf_counter()
         vllm._engine(length + args.new_tokens)
         print(f"<!-- {workload}: vLLM engine start {time.perf_counter() - start:.1f} s -->")
-        for name in args.methods.split(","):
-            hf1, hfn = HFBackend(half, 1), HFBackend(half, args.batch_size)
-            method = resolve_method(name, window, length, base=hf1.rope_base()).method
-            rows = []
-            backends = {
-                "hf1": ("hf, batch 1", hf1),
-                "hfn": (f"hf, batch {args.batch_size}", hfn),
-                "vllm": ("vllm", vllm),
-            }
-            for label, backend in (backends[b] for b in args.backends.split(",")):
-                with backend.install(method):
-                    rows.append((label, *timed(backend, requests)))
-            reference = rows[0][2]
-            for label, seconds, out in rows:
+        hf1, hfn = HFBackend(half, 1), HFBackend(half, args.batch_size)
+        backends = {
+            "hf1": ("hf, batch 1", hf1),
+            "hfn": (f"hf, batch {args.batch_size}", hfn),
+            "vllm": ("vllm", vllm),
+        }
+        names = args.methods.split(",")
+        methods = {n: resolve_method(n, window, length, base=hf1.rope_base()).method for n in names}
+        runs: dict[tuple[str, str], list[tuple[float, list]]] = {}
+        for _ in range(args.repeats):  # rounds of every method and backend: slow spells hit them alike
+            for name in names:
+                for key in args.backends.split(","):
+                    label, backend = backends[key]
+                    with backend.install(methods[name]):
+                        runs.setdefault((name, label), []).append(timed(backend, requests))
+        seconds = {run: statistics.median(t for t, _ in results) for run, results in runs.items()}
+        for name in names:
+            labels = [backends[key][0] for key in args.backends.split(",")]
+            reference = runs[(name, labels[0])][0][1]
+            for label in labels:
+                out = runs[(name, label)][0][1]
                 tokens = sum(g.new_tokens for g in out)
-                same = sum(a.token_ids == b.token_ids for a, b in zip(out, reference, strict=True))
-                ratio = rows[0][1] / seconds  # to the first backend run (HF batch 1 by default)
+                # every repeat's tokens are compared, not only the first's
+                same = min(
+                    sum(a.token_ids == b.token_ids for a, b in zip(o, reference, strict=True))
+                    for _, o in runs[(name, label)]
+                )
+                took = seconds[(name, label)]
+                spread = [t for t, _ in runs[(name, label)]]
+                shown = (
+                    f"{took:.1f}" if len(spread) == 1 else f"{took:.1f} ({min(spread):.1f}-{max(spread):.1f})"
+                )
                 print(
-                    f"| {workload} ({length}) | {name} | {label} | {seconds:.1f} | {tokens / seconds:.1f} | "
-                    f"{ratio:.2f}x | {same}/{len(out)} |",
+                    f"| {workload} ({length}) | {name} | {label} | {shown} | {tokens / took:.1f} | "
+                    f"{seconds[(name, labels[0])] / took:.2f}x | {same}/{len(out)} |",
                     flush=True,
                 )
+        for label in (backends[key][0] for key in args.backends.split(",")):
+            for name in names[1:]:  # time of each method over the first one's (rope), on one backend
+                ratio = seconds[(name, label)] / seconds[(names[0], label)]
+                print(f"<!-- {workload}, {label}: {name} takes {ratio:.2f}x the time of {names[0]} -->")
         vllm.close()
 
 

@@ -34,10 +34,17 @@ def _run_both(method, prompts: list[int], slots: list[int], pool_slots: int, see
     pool = SlotPool(pool_slots, max(budgets))
     rotated = method.fixed_key_positions()
     gap = 0.0
-    for n, slot, cache, budget in zip(prompts, slots, caches, budgets, strict=True):
-        q, k, v = _tokens(n, generator)
-        want = attend_patched(oracle_state, 0, SCALE, q, k, v, cache)
-        got = attend_sequence(pool, slot, state.plan(n, n, budget), SCALE, q, k, v, 0, rotated)
+    for n in dict.fromkeys(prompts):  # prompts of one length: one prefill call
+        rows = [r for r, length in enumerate(prompts) if length == n]
+        q, k, v = (torch.cat(t) for t in zip(*(_tokens(n, generator) for _ in rows), strict=True))
+        want = torch.cat(
+            [
+                attend_patched(oracle_state, 0, SCALE, q[i : i + 1], k[i : i + 1], v[i : i + 1], caches[r])
+                for i, r in enumerate(rows)
+            ]
+        )
+        plan = state.plan(n, n, budgets[rows[0]])
+        got = attend_sequence(pool, [slots[r] for r in rows], plan, SCALE, q, k, v, 0, rotated)
         gap = max(gap, float((want - got).abs().max()))
     for step in range(STEPS):
         new = [_tokens(1, generator) for _ in prompts]
@@ -48,7 +55,7 @@ def _run_both(method, prompts: list[int], slots: list[int], pool_slots: int, see
         plans = [state.plan(n, p + 1, b) for n, p, b in zip(prompts, positions, budgets, strict=True)]
         if not rotated:  # keys re-rotated every step: the per-sequence path
             got = [
-                attend_sequence(pool, slots[r], plans[r], SCALE, *new[r], positions[r], False)[0, :, 0]
+                attend_sequence(pool, [slots[r]], plans[r], SCALE, *new[r], positions[r], False)[0, :, 0]
                 for r in range(len(prompts))
             ]
         else:
@@ -70,8 +77,9 @@ def test_batched_decode_equals_each_sequence_alone(name):
     rng = random.Random(11)
     for trial in range(3):
         method = create_method(name, WINDOW, 4 * WINDOW, **random_params(name, rng))
-        # lengths within and past the window; slots out of order with an idle one (slot 2) between
-        gap = _run_both(method, [150, 97, 203, 40], [3, 0, 1, 5], 6, seed=trial)
+        # lengths within and past the window, two prompts of one length prefilled in one call; slots out
+        # of order with an idle one (slot 2) between
+        gap = _run_both(method, [150, 97, 150, 40], [3, 0, 1, 5], 6, seed=trial)
         assert gap < 2e-5, f"{method.label()}: {gap}"
 
 
@@ -83,6 +91,11 @@ def test_dense_slots_and_one_shared_plan():
     step = plan.segment_step(130, torch.float32, torch.device("cpu"))
     batch = DecodeBatch([step, step], [0, 1], [130, 130])
     assert batch.dense and batch.query_rotation.shape[0] == 1
+    assert batch.tiled  # head, middle and tail tile [0, 131): one matmul reads the values
+    longer = (
+        PatchState(method, base()).plan(150, 151, None).segment_step(150, torch.float32, torch.device("cpu"))
+    )
+    assert not DecodeBatch([step, longer], [0, 1], [130, 150]).tiled  # (the main test runs both kinds)
 
 
 def test_a_slot_refuses_tokens_past_its_capacity():
@@ -90,4 +103,4 @@ def test_a_slot_refuses_tokens_past_its_capacity():
     pool = SlotPool(1, 10)
     q, k, v = _tokens(12, torch.Generator().manual_seed(0))
     with pytest.raises(ValueError, match="holds 10"):
-        attend_sequence(pool, 0, PatchState(method, base()).plan(12, 12, None), SCALE, q, k, v, 0)
+        attend_sequence(pool, [0], PatchState(method, base()).plan(12, 12, None), SCALE, q, k, v, 0)

@@ -226,7 +226,8 @@ def test_both_platform_backends_give_what_the_lampe_backend_reads(
     module: str, metadata: str, impl: str
 ) -> None:
     """The CUDA backend has never run here (no GPU): its metadata and forward must at least have the shape
-    the lampe attention reads on CPU (``vllm_worker.Installed.pass_for``, ``LampeAttentionImpl.forward``)."""
+    the lampe attention reads on CPU (``vllm_worker.Installed.pass_for``, ``LampeAttentionImpl.forward``
+    and ``do_kv_cache_update``)."""
     import importlib
     import inspect
 
@@ -235,3 +236,5 @@ def test_both_platform_backends_give_what_the_lampe_backend_reads(
     assert {"query_start_loc", "seq_lens", "block_table"} <= fields
     parameters = list(inspect.signature(getattr(found, impl).forward).parameters)
     assert parameters[:8] == ["self", "layer", "query", "key", "value", "kv_cache", "attn_metadata", "output"]
+    update = list(inspect.signature(getattr(found, impl).do_kv_cache_update).parameters)
+    assert update == ["self", "layer", "key", "value", "kv_cache", "slot_mapping"]

@@ -61,7 +61,7 @@ class SlotPool:
 
 def attend_sequence(
     pool: SlotPool,
-    slot: int,
+    slots: list[int],
     plan: AttentionPlan,
     scale: float,
     query: torch.Tensor,
@@ -70,25 +70,30 @@ def attend_sequence(
     q_start: int,
     rotated: bool = True,
 ) -> torch.Tensor:
-    """One sequence's call (any number of new tokens): un-rotated ``query`` [1, Hq, n, D], ``key`` and
-    ``value`` [1, Hkv, n, D] of tokens ``q_start..``, stored in ``slot``; returns [1, Hq, n, D]. The
-    arithmetic of the Hugging Face backend's patched attention (``methods.patch.attend_patched``)."""
+    """Sequences of one plan, stored in ``slots``, and one call for them: un-rotated ``query``
+    [B, Hq, n, D], ``key`` and ``value`` [B, Hkv, n, D] of tokens ``q_start..`` (B = len(slots); several
+    only for prefills, ``q_start`` 0, whose keys are all here); returns [B, Hq, n, D]. The arithmetic of
+    the Hugging Face backend's patched attention (``methods.patch.attend_patched``)."""
+    if len(slots) != 1 and q_start != 0:
+        raise ValueError("several sequences share a call only in a prefill")
     end = q_start + key.shape[2]
     pool.check_room(end)
+    index = torch.tensor(slots, device=key.device)
     values = pool.value_store(value)
-    values[slot, :, q_start:end] = value[0]
+    values[index, :, q_start:end] = value
     if not rotated:  # positions move every step: un-rotated keys, all re-rotated by the plan
-        keys = pool.key_copy(0, key)
-        keys[slot, :, q_start:end] = key[0]
-        return segmented_attention(
-            query, keys[slot : slot + 1, :, :end], values[slot : slot + 1, :, :end], plan, q_start, scale
-        )
+        pool.key_copy(0, key)[index, :, q_start:end] = key
+        if q_start > 0:
+            slot = slots[0]
+            key, value = pool.keys[0][slot : slot + 1, :, :end], values[slot : slot + 1, :, :end]
+        return segmented_attention(query, key, value, plan, q_start, scale)
     new = plan.rotate_keys(key, q_start)
     for copy, keys in enumerate(new):
-        pool.key_copy(copy, key)[slot, :, q_start:end] = keys[0]
+        pool.key_copy(copy, key)[index, :, q_start:end] = keys
     if q_start == 0:  # a prefill reads the keys it just rotated
         copies: list[KeyCopy] = [(keys, 0) for keys in new]
         return attend_rotated(query, copies, value, plan, 0, scale)
+    slot = slots[0]
     copies = [(pool.keys[copy][slot : slot + 1, :, :end], 0) for copy in range(len(new))]
     return attend_rotated(query, copies, values[slot : slot + 1, :, :end], plan, q_start, scale)
 
@@ -138,6 +143,14 @@ class DecodeBatch:
             wide = torch.ones((self.width, stop - first), dtype=torch.bool)
             wide[offsets] = row_hidden
             hidden.append(wide)
+        # parts in key order: when they tile one key range (LaMPE's head, middle and tail of sequences of
+        # one length), the weights are in that range's order and one matmul reads the values
+        order = sorted(range(len(self.parts)), key=lambda p: self.parts[p].lo)
+        self.parts = [self.parts[p] for p in order]
+        self.part_index = [self.part_index[p] for p in order]
+        hidden = [hidden[p] for p in order]
+        self.tiled = all(a.hi == b.lo for a, b in zip(self.parts, self.parts[1:], strict=False))
+        self._scaled: dict[float, torch.Tensor] = {}
         # idle slots inside the range see one key (of the first part) so their softmax stays finite
         everything = torch.cat(hidden, dim=1)
         everything[everything.all(dim=1), 0] = False
@@ -158,7 +171,9 @@ class DecodeBatch:
         values = pool.value_store(key[:, :, None])
         values[self.slots, :, self.positions] = value
         # [rows, Hkv, parts, group, D]: each part's queries of one key head side by side for one matmul
-        queries = _rotate(query * scale, self.query_rotation).view(rows, kv_heads, group, -1, dim)
+        if scale not in self._scaled:  # the softmax scale folded into the rotation, once per pass
+            self._scaled[scale] = self.query_rotation * scale
+        queries = _rotate(query, self._scaled[scale]).view(rows, kv_heads, group, -1, dim)
         queries = queries.transpose(2, 3).contiguous()
         if not self.dense:  # rows to their slots' places in the range read
             placed = queries.new_zeros((self.width, *queries.shape[1:]))
@@ -173,15 +188,22 @@ class DecodeBatch:
             dim=-1,
         )  # [width, Hkv, group, keys of all parts]
         weights = torch.softmax(scores.masked_fill_(self.hidden, NEG_INF), dim=-1, dtype=torch.float32)
+        weights = weights.to(values.dtype)
+        if self.tiled:
+            out = weights @ values[window, :, self.parts[0].lo : self.parts[-1].hi]
+            return self._rows(out.reshape(self.width, q_heads, dim))
         out = None
         start = 0
         for part in self.parts:
             stop = start + part.hi - part.lo
-            piece = weights[..., start:stop].to(values.dtype) @ values[window, :, part.lo : part.hi]
+            piece = weights[..., start:stop] @ values[window, :, part.lo : part.hi]
             out = piece if out is None else out + piece
             start = stop
         assert out is not None
-        out = out.reshape(self.width, q_heads, dim)
+        return self._rows(out.reshape(self.width, q_heads, dim))
+
+    def _rows(self, out: torch.Tensor) -> torch.Tensor:
+        """The batch's rows of an output over the slot range."""
         return out if self.dense else out[self.offsets]
 
 

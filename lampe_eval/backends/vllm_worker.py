@@ -14,8 +14,9 @@ installed:
   the query and key through un-rotated, and their attention runs lampe-eval's engine over
   :class:`~lampe_eval.attention.slots.SlotPool` s (one per layer: every sequence's keys, rotated once per
   key map, and values, in a slot of its own). Each sequence has its own plan (LaMPE's mapping follows its
-  prompt length). A prefill runs one sequence at a time (:func:`~lampe_eval.attention.slots.attend_sequence`,
-  the Hugging Face backend's arithmetic); the decode rows of a pass run as one batch per plan shape
+  prompt length). Prefills run one call per plan and prompt length
+  (:func:`~lampe_eval.attention.slots.attend_sequence`, the Hugging Face backend's arithmetic); the
+  decode rows of a pass run as one batch per plan shape
   (:class:`~lampe_eval.attention.slots.DecodeBatch`): a dozen PyTorch calls per layer for all of them.
 
 A sequence is known by the first block of its block table; its plan is fixed by its prefill, which must
@@ -28,6 +29,7 @@ second copy of their keys, one per key map, and values; see docs/vllm.md).
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import re
 import types
@@ -57,13 +59,23 @@ class _Sequence:
 
 
 @dataclass
+class _Call:
+    """Sequences attended in one engine call: prefills of one plan and length, or one sequence's rows."""
+
+    rows: list[tuple[int, int]]  # each sequence's [first, stop) rows of the pass's tokens
+    slots: list[int]
+    plan: AttentionPlan
+    q_start: int
+
+
+@dataclass
 class _Pass:
-    """One forward pass's rows, sorted once for every patched layer: rows run one sequence at a time
-    ((first row, stop, sequence, plan, first position): prefills) and batches of decode rows."""
+    """One forward pass's rows, sorted once for every patched layer: engine calls (prefills) and batches
+    of decode rows."""
 
     metadata: Any
-    calls: list[tuple[int, int, _Sequence, AttentionPlan, int]]
-    decodes: list[tuple[torch.Tensor, DecodeBatch]]
+    calls: list[_Call]
+    decodes: list[tuple[slice | torch.Tensor, DecodeBatch]]
 
 
 @dataclass
@@ -98,7 +110,8 @@ class Installed:
         seq_lens = metadata.seq_lens.tolist()
         first_blocks = metadata.block_table[:, 0].tolist()
         live = set(first_blocks[: len(seq_lens)])
-        calls, decodes = [], []
+        calls: dict[tuple, _Call] = {}
+        decodes = []
         for row, kv_len in enumerate(seq_lens):
             a, b = starts[row], starts[row + 1]
             if b <= a:
@@ -109,12 +122,15 @@ class Installed:
             sequence.length = kv_len
             if b - a == 1 and q_start > 0 and self.state.method.fixed_key_positions():
                 decodes.append((a, sequence.slot, plan, q_start))
-            else:
-                calls.append((a, b, sequence, plan, q_start))
+            else:  # prefills of one plan and length share a call
+                group = (id(plan), b - a) if q_start == 0 else (row,)
+                call = calls.setdefault(group, _Call([], [], plan, q_start))
+                call.rows.append((a, b))
+                call.slots.append(sequence.slot)
         steps = [plan.segment_step(q, like.dtype, like.device) for _, _, plan, q in decodes]
         batches = decode_batches(steps, [d[1] for d in decodes], [d[3] for d in decodes])
-        rows = [(torch.tensor([decodes[r][0] for r in group], device=like.device), b) for group, b in batches]
-        self.current = _Pass(metadata, calls, rows)
+        rows = [(_rows([decodes[r][0] for r in group], like.device), batch) for group, batch in batches]
+        self.current = _Pass(metadata, list(calls.values()), rows)
         return self.current
 
     def _sequence(self, first_block: int, q_start: int, kv_len: int, live: set[int]) -> _Sequence:
@@ -152,6 +168,13 @@ class Installed:
         return free
 
 
+def _rows(rows: list[int], device: torch.device) -> slice | torch.Tensor:
+    """Token rows as a slice when consecutive (vLLM puts decode rows first): views, not gathers."""
+    if rows == list(range(rows[0], rows[0] + len(rows))):
+        return slice(rows[0], rows[0] + len(rows))
+    return torch.tensor(rows, device=device)
+
+
 _INSTALLED: Installed | None = None
 
 
@@ -170,6 +193,7 @@ def _platform_backend() -> tuple[type, type]:
 _Base, _BaseImpl = _platform_backend()
 
 
+@functools.cache
 def layer_index(name: str) -> int:
     found = _LAYER_INDEX.search(name)
     if found is None:
@@ -200,23 +224,26 @@ class LampeAttentionImpl(_BaseImpl):  # type: ignore[misc, valid-type]
         current = installed.pass_for(attn_metadata, query)
         pool = installed.pool(index)
         rotated = installed.state.method.fixed_key_positions()
-        for a, b, sequence, plan, q_start in current.calls:
-            out = attend_sequence(
-                pool,
-                sequence.slot,
-                plan,
-                self.scale,
-                query[a:b].transpose(0, 1).unsqueeze(0),
-                key[a:b].transpose(0, 1).unsqueeze(0),
-                value[a:b].transpose(0, 1).unsqueeze(0),
-                q_start,
-                rotated,
-            )
-            output[a:b].copy_(out[0].transpose(0, 1).reshape(output[a:b].shape))
+        for call in current.calls:
+            heads_first = [(query[a:b], key[a:b], value[a:b]) for a, b in call.rows]
+            q, k, v = (torch.stack(t).transpose(1, 2) for t in zip(*heads_first, strict=True))  # [B, H, n, D]
+            out = attend_sequence(pool, call.slots, call.plan, self.scale, q, k, v, call.q_start, rotated)
+            for (a, b), each in zip(call.rows, out, strict=True):
+                output[a:b].copy_(each.transpose(0, 1).reshape(output[a:b].shape))
         for rows, batch in current.decodes:
             out = batch.attend(pool, self.scale, query[rows], key[rows], value[rows])
-            output.index_copy_(0, rows, out.reshape(rows.shape[0], *output.shape[1:]).to(output.dtype))
+            output[rows] = out.reshape(out.shape[0], *output.shape[1:]).to(output.dtype)
         return output
+
+    def do_kv_cache_update(
+        self, layer: Any, key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: Any
+    ) -> None:
+        """vLLM's paged cache write, except in the patched layers: their keys and values are in the
+        pools (the paged cache is not read there)."""
+        installed = _INSTALLED
+        if installed is not None and layer_index(layer.layer_name) in installed.layers:
+            return
+        super().do_kv_cache_update(layer, key, value, kv_cache, slot_mapping)
 
 
 class LampeAttentionBackend(_Base):  # type: ignore[misc, valid-type]
