@@ -139,18 +139,9 @@ class AttentionPlan:
 
         def make() -> DecodeStep:
             parts = self.schedule(q_start, 1, DEFAULT_BLOCK, device)
-            queries = [
-                rotation_matrix(*self.query_table(p.segment, q_start, q_start + 1, torch.float32, device))
-                for p in parts
-            ]
-            keys = [
-                rotation_matrix(*self.key_table(c, q_start, q_start + 1, torch.float32, device))
-                for c in range(len(self.key_groups()[1]))
-            ]
+            queries, keys = self._step_rotations([p.segment for p in parts], q_start, device)
             return DecodeStep(
-                side_by_side(queries).to(dtype),
-                side_by_side(keys).to(dtype),
-                [(p.copy, p.key_lo, p.key_hi) for p in parts],
+                queries.to(dtype), keys.to(dtype), [(p.copy, p.key_lo, p.key_hi) for p in parts]
             )
 
         return self._memo(("decode", q_start, dtype, device), make)
@@ -165,22 +156,30 @@ class AttentionPlan:
             order = sorted(range(len(self.segments)), key=lambda s: copy_of[s])
             at = torch.tensor([q_start], device=device)
             bounds = [self.segments[s].region.bounds(at) for s in order]
-            queries = [
-                rotation_matrix(*self.query_table(s, q_start, q_start + 1, torch.float32, device))
-                for s in order
-            ]
-            keys = [
-                rotation_matrix(*self.key_table(c, q_start, q_start + 1, torch.float32, device))
-                for c in range(len(self.key_groups()[1]))
-            ]
+            queries, keys = self._step_rotations(order, q_start, device)
             return SegmentStep(
-                _heads_first(side_by_side(queries)).to(dtype),
-                _heads_first(side_by_side(keys)).to(dtype),
+                _heads_first(queries).to(dtype),
+                _heads_first(keys).to(dtype),
                 tuple(copy_of[s] for s in order),
                 tuple((int(start[0]), int(stop[0])) for start, stop in bounds),
             )
 
         return self._memo(("segments", q_start, dtype, device), make)
+
+    def _step_rotations(
+        self, segments: list[int], q_start: int, device: torch.device
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """fp32 rotation matrices of the query at ``q_start``, one block per segment of ``segments``, and
+        of the key at ``q_start``, one block per key copy (:func:`side_by_side`)."""
+        queries = [
+            rotation_matrix(*self.query_table(s, q_start, q_start + 1, torch.float32, device))
+            for s in segments
+        ]
+        keys = [
+            rotation_matrix(*self.key_table(c, q_start, q_start + 1, torch.float32, device))
+            for c in range(len(self.key_groups()[1]))
+        ]
+        return side_by_side(queries), side_by_side(keys)
 
     def rotate(self, x: torch.Tensor, segment: int, side: str, first: int, end: int) -> torch.Tensor:
         """Rotate rows ``first..end-1`` (absolute indices), held in ``x`` [..., end-first, D], at the

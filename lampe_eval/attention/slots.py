@@ -126,29 +126,25 @@ class DecodeBatch:
         self.key_rotation = _stack([s.key_rotation for s in steps])  # [rows or 1, H, D, copies * D]
         self.copies = 1 + max(steps[0].copies)
         ranges = torch.tensor([[(lo, max(lo, hi)) for lo, hi in s.ranges] for s in steps])  # [rows, parts, 2]
-        self.parts: list[_Part] = []
-        self.part_index: list[int] = []  # each kept part's column block in the query rotation
-        hidden = []  # per part: [width, keys] True where a row must not look
+        # per seen part: (the part, its column block in the query rotation, [width, keys] True where a row
+        # must not look)
+        kept = []
         for index, copy in enumerate(steps[0].copies):
             lo, hi = ranges[:, index, 0], ranges[:, index, 1]
             seen = hi > lo
-            first = int(lo[seen].min()) if bool(seen.any()) else 0
-            stop = int(hi[seen].max()) if bool(seen.any()) else 0
-            if stop <= first:
+            if not bool(seen.any()):
                 continue  # no row sees this part: it costs nothing
-            self.parts.append(_Part(copy, first, stop))
-            self.part_index.append(index)
+            first, stop = int(lo[seen].min()), int(hi[seen].max())
             keys = torch.arange(first, stop)
-            row_hidden = (keys[None, :] < lo[:, None]) | (keys[None, :] >= hi[:, None])  # [rows, keys]
             wide = torch.ones((self.width, stop - first), dtype=torch.bool)
-            wide[offsets] = row_hidden
-            hidden.append(wide)
+            wide[offsets] = (keys[None, :] < lo[:, None]) | (keys[None, :] >= hi[:, None])
+            kept.append((_Part(copy, first, stop), index, wide))
         # parts in key order: when they tile one key range (LaMPE's head, middle and tail of sequences of
         # one length), the weights are in that range's order and one matmul reads the values
-        order = sorted(range(len(self.parts)), key=lambda p: self.parts[p].lo)
-        self.parts = [self.parts[p] for p in order]
-        self.part_index = [self.part_index[p] for p in order]
-        hidden = [hidden[p] for p in order]
+        kept.sort(key=lambda entry: entry[0].lo)
+        self.parts = [part for part, _, _ in kept]
+        self.part_index = [index for _, index, _ in kept]
+        hidden = [wide for _, _, wide in kept]
         self.tiled = all(a.hi == b.lo for a, b in zip(self.parts, self.parts[1:], strict=False))
         self._scaled: dict[float, torch.Tensor] = {}
         # idle slots inside the range see one key (of the first part) so their softmax stays finite
@@ -168,7 +164,7 @@ class DecodeBatch:
         rotated = _rotate(key, self.key_rotation).view(rows, kv_heads, -1, dim)
         for copy in range(self.copies):
             pool.key_copy(copy, key[:, :, None])[self.slots, :, self.positions] = rotated[:, :, copy]
-        values = pool.value_store(key[:, :, None])
+        values = pool.value_store(value[:, :, None])
         values[self.slots, :, self.positions] = value
         # [rows, Hkv, parts, group, D]: each part's queries of one key head side by side for one matmul
         if scale not in self._scaled:  # the softmax scale folded into the rotation, once per pass

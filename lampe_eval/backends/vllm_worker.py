@@ -22,8 +22,8 @@ installed:
 A sequence is known by the first block of its block table; its plan is fixed by its prefill, which must
 hold its whole prompt (chunked prefill and prefix caching are switched off by the backend, and a prefill
 of a length the batch did not announce, e.g. a preempted sequence computed again, fails loudly). The
-paged cache is still written by the base backend but the patched layers read their pools (memory: a
-second copy of their keys, one per key map, and values; see docs/vllm.md).
+patched layers' paged cache is allocated but neither written nor read: their keys, one copy per key map,
+and values live in the pools (memory: see docs/vllm.md).
 """
 
 from __future__ import annotations
@@ -334,9 +334,9 @@ def install(worker: Any, method: Method, base: RopeBase) -> str:
     for index in sorted(patched):
         _RESTORE.append((modules[index], modules[index].rotary_emb))
         modules[index].rotary_emb = _Unrotated()
-    # a plan per sequence of a forward pass (and the step before): kept across layers
+    # plans shared by the sequences of one forward pass that have one (prompt length, length, budget)
     slots = _max_sequences(worker)
-    state = PatchState(method=method, base=base, max_plans=2 * slots)
+    state = PatchState(method=method, base=base, max_plans=slots)
     _INSTALLED = Installed(state, patched, slots)
     return "attention"
 
