@@ -1,0 +1,242 @@
+"""``lampe-eval run``: models x methods x benchmarks x lengths, resumable, into OUT/records.jsonl."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.table import Table
+
+from ..errors import LampeEvalError
+from ..lengths import format_length, parse_lengths
+from ..options import split_list
+from .common import console, fail, parse_key_values, print_line, say_error, say_failures
+from .params import (
+    Device,
+    Dtype,
+    Progress,
+    import_option,
+    length_option,
+    method_option,
+    model_option,
+    opt_option,
+    out_option,
+    param_option,
+)
+
+if TYPE_CHECKING:
+    from ..runner.experiment import Experiment, ExperimentSpec, RunSettings
+    from ..runner.jobs import Job
+    from ..runner.local import RunResult
+    from ..runner.store import ResultStore
+
+
+def run_command(
+    model: Annotated[
+        list[str] | None,
+        model_option(
+            "Preset ({models}), HF id, local dir or .gguf "
+            "(repeat or comma-separate; default {default_model})."
+        ),
+    ] = None,
+    method: Annotated[list[str] | None, method_option("Method name(s): {methods} (default rope).")] = None,
+    bench: list[str] = typer.Option(None, "--bench", "-b", help="Benchmark name(s): {benchmarks}."),
+    task: list[str] = typer.Option(None, "--task", "-t", help="Task(s) of the benchmark (default: all)."),
+    length: Annotated[list[str] | None, length_option("Context length(s): 4096, 4k, 64K, 128k.")] = None,
+    limit: int | None = typer.Option(None, "--limit", "-n", help="At most N samples per task."),
+    param: Annotated[
+        list[str] | None, param_option("Method parameter override key=value (repeatable).")
+    ] = None,
+    opt: Annotated[list[str] | None, opt_option("Benchmark option key=value (repeatable; see list).")] = None,
+    experiment: str | None = typer.Option(
+        None,
+        "--experiment",
+        "-e",
+        help="Experiment YAML file or name (named grids) instead of the grid options.",
+    ),
+    out: Annotated[
+        Path | None,
+        out_option("Results directory, resumable (default results/default or the experiment's)"),
+    ] = None,
+    seed: int | None = typer.Option(None, help="Seed for generated data (default 0)."),
+    device: Device = None,
+    dtype: Dtype = None,
+    data_dir: str | None = typer.Option(None, help="Local data directory for offline benchmark files."),
+    workers: int | None = typer.Option(
+        None, "--workers", "-w", help="Worker processes (default: one per visible GPU, else 1)."
+    ),
+    gpus: str | None = typer.Option(None, "--gpus", help="GPUs to use, one worker each, e.g. 0,1,3."),
+    gpus_per_worker: int = typer.Option(
+        1, "--gpus-per-worker", help="GPUs per worker; >1 spreads each worker's model over them (70B on 4)."
+    ),
+    device_map: str | None = typer.Option(
+        None, "--device-map", help="auto: accelerate spreads the model over the worker's visible GPUs."
+    ),
+    batch_size: int = typer.Option(
+        1, "--batch-size", help="Run up to N samples of a job together when their token counts are equal."
+    ),
+    backend: str | None = typer.Option(
+        None, "--backend", help="Inference backend: {backends} (default hf; vllm needs pip install vllm)."
+    ),
+    ray: bool = typer.Option(False, "--ray", help="Run the workers as Ray actors (one per GPU)."),
+    ray_address: str | None = typer.Option(
+        None, "--ray-address", help="Ray cluster to join (auto, ray://host:10001); implies --ray."
+    ),
+    imports: Annotated[
+        list[str] | None,
+        import_option("Module(s) to import first, e.g. one registering your own benchmark."),
+    ] = None,
+    progress: Progress = True,
+    dry_run: bool = typer.Option(False, "--dry-run", help="Check everything, list the jobs and exit."),
+) -> None:
+    """Run models x methods x benchmarks x lengths; per-sample records go to OUT/records.jsonl.
+
+    Rerunning the same command skips finished samples; Ctrl-C keeps everything finished.
+
+    Example: lampe-eval run --method rope,lampe --bench pg19 --len 4k,12k --limit 2
+    """
+    from ..runner.experiment import RunSettings
+
+    try:
+        for name, value in (("--limit", limit), ("--workers", workers)):
+            if value is not None and value < 1:
+                raise LampeEvalError(f"{name} must be at least 1, got {value}")
+        spec = _spec(experiment, model, method, bench, task, length, param).override(
+            limit=limit,
+            seed=seed,
+            out=str(out) if out is not None else None,
+            options=parse_key_values(opt, "--opt"),
+            data_dir=data_dir,
+            imports=split_list(imports),
+            backend=backend,
+        )
+        settings = RunSettings(
+            device=device,
+            dtype=dtype,
+            workers=workers,
+            gpus=tuple(split_list([gpus])) if gpus else None,
+            gpus_per_worker=gpus_per_worker,
+            device_map=device_map,
+            batch_size=batch_size,
+            ray=ray,
+            ray_address=ray_address,
+        )
+        exp, store = _prepare(spec, settings)
+        if dry_run:
+            for job in exp.jobs:
+                print_line(f"  {job.describe()}  [{job.key()}]")
+            return
+        result = _run_jobs(exp, store, progress)
+    except LampeEvalError as err:
+        fail(str(err))
+    show_results(exp.jobs, result.summaries)
+    console.print(f"{result.computed} new sample(s), {result.skipped} resumed -> {store.path}")
+    say_failures(result.failures)
+
+
+def _spec(
+    experiment: str | None,
+    model: list[str] | None,
+    method: list[str] | None,
+    bench: list[str] | None,
+    task: list[str] | None,
+    length: list[str] | None,
+    param: list[str] | None,
+) -> ExperimentSpec:
+    """The experiment file's spec, or the grid options' (not both)."""
+    from ..runner.experiment import ExperimentSpec
+
+    if experiment is None:
+        return grid_spec(model, method, bench, task, length, param)
+    grid = {"--model": model, "--method": method, "--bench": bench, "--task": task, "--len": length}
+    given = [name for name, value in {**grid, "--param": param}.items() if value]
+    if given:
+        raise LampeEvalError(f"--experiment defines the grid: drop {', '.join(given)}")
+    return ExperimentSpec.from_file(experiment)
+
+
+def _prepare(spec: ExperimentSpec, settings: RunSettings) -> tuple[Experiment, ResultStore]:
+    """The experiment and its results store; warnings, and how many jobs and samples are already there."""
+    from ..runner.experiment import prepare_output
+    from ..runner.store import ResultStore
+
+    exp = spec.build(settings)
+    store = ResultStore(prepare_output(exp.out))
+    problems = store.problems.summary()
+    if problems:
+        say_error("warning:", f"{store.path}: {problems}; those samples are computed again")
+    for warning in exp.warnings.values():
+        say_error("warning:", warning)
+    done = store.done_by_job()
+    resumed = sum(len(done.get(job.key(), ())) for job in exp.jobs)
+    console.print(f"{len(exp.jobs)} job(s) -> {store.path} ({resumed} sample(s) already there)")
+    return exp, store
+
+
+def _run_jobs(exp: Experiment, store: ResultStore, progress: bool) -> RunResult:
+    """The jobs with live progress; Ctrl-C says what is kept and exits 130."""
+    from ..runner.local import run
+    from ..runner.progress import RunProgress
+
+    tracker = RunProgress(console, len(exp.jobs), enabled=progress)
+    try:
+        with tracker:
+            return run(exp, on_event=tracker, store=store)
+    except KeyboardInterrupt:
+        say_error(
+            "interrupted:",
+            f"{tracker.samples} new sample(s) this run are saved in {store.path}; "
+            "rerun the same command to resume",
+        )
+        raise typer.Exit(130) from None
+
+
+def grid_spec(
+    model: list[str] | None,
+    method: list[str] | None,
+    bench: list[str] | None,
+    task: list[str] | None,
+    length: list[str] | None,
+    param: list[str] | None,
+) -> ExperimentSpec:
+    """The ``run`` grid options as an experiment spec (checked by its ``build``)."""
+    from ..runner.experiment import DEFAULT_MODEL, ExperimentSpec, GridSpec
+
+    lengths = parse_lengths(length or [])
+    if not bench:
+        raise LampeEvalError("--bench is required (or --experiment FILE)")
+    method_names = split_list(method) or ["rope"]
+    overrides = parse_key_values(param, "--param")
+    if overrides and len(method_names) > 1:
+        raise LampeEvalError("--param applies to one method: run the methods separately")
+    tasks = split_list(task) or None
+    grid = GridSpec(
+        models=split_list(model) or [DEFAULT_MODEL],
+        methods=[(m, overrides) for m in method_names],
+        benchmarks=[(b, tasks) for b in split_list(bench)],
+        lengths=lengths,
+    )
+    return ExperimentSpec(name="default", grids=[grid])
+
+
+def show_results(jobs: list[Job], summaries: dict[str, dict[str, float]]) -> None:
+    """The run's scores, one row per job (two scores at most), then the benchmarks' summary tables."""
+    from ..benchmarks.summaries import summary_tables  # LongBench categories, L-Eval average
+
+    table = Table(title="Results", title_justify="left")
+    for column in ("model", "method", "benchmark", "task", "length", "scores"):
+        table.add_column(column)
+    for job in jobs:
+        scores = summaries.get(job.key(), {})
+        table.add_row(
+            job.model,
+            job.method,
+            job.benchmark,
+            job.task,
+            format_length(job.length),
+            ", ".join(f"{k}={v:.2f}" for k, v in list(scores.items())[:2]) or "-",
+        )
+    console.print(table)
+    for summary in summary_tables(jobs, summaries):
+        console.print(summary)
