@@ -26,6 +26,8 @@ from .. import resources
 from ..errors import MissingDataError, clip
 from ..options import Option
 
+Record = dict[str, Any]  # one record of a benchmark's official data (a JSON object)
+
 # --opt fixture=true: shared by the benchmarks that ship hand-written fixtures
 FIXTURE_OPTION = Option("fixture", bool, False, "the tiny hand-written fixture (smoke tests, not numbers)")
 

@@ -37,8 +37,9 @@ from ..backends.base import Generation, GenerationRequest, Rounds
 from ..errors import LampeEvalError
 from ..models import LoadedModel
 from ..options import Option
-from .base import BENCHMARKS, Benchmark, Metric, Sample, SampleContext
-from .datafiles import FIXTURE_OPTION, Field, Schema, check_records, load_task_records, require_fixture
+from .base import BENCHMARKS, Metric, Sample, SampleContext
+from .datafiles import FIXTURE_OPTION, Field, Record, Schema
+from .table_driven import HubLoader, TableDrivenBenchmark
 from .tables import load_table, mapping
 
 ANSWER_KINDS = ("mc", "mc_multi", "math", "judge")
@@ -327,12 +328,8 @@ SCHEMA = Schema(
 )
 
 
-def _check_record(record: Mapping[str, Any], where: str) -> None:
-    check_records([record], SCHEMA, where)
-
-
 @BENCHMARKS.register("leval")
-class LEval(Benchmark):
+class LEval(TableDrivenBenchmark):
     name = "leval"
     summary = "L-Eval closed-ended tasks (Coursera, GSM, QuALITY, TOEFL, SFiction): official prompts and EM"
     metrics = (
@@ -347,6 +344,8 @@ class LEval(Benchmark):
         Option("leval_prompt", str, "chat", "prompt style", choices=PROMPT_STYLES),
         Option("chat_template", bool, True, "the model's chat template (false: the plain prompt)"),
     )
+    schema = SCHEMA
+    subdirs = ("Closed-ended-tasks", "LEval-data/Closed-ended-tasks")
     bucket_plot = True
     input_length_key = "document_tokens"
     truncation = "the end of the document: its first words, 250 fewer per round, to --len - 512 tokens"
@@ -358,39 +357,16 @@ class LEval(Benchmark):
         budget = length - load_config().max_new_tokens
         if budget <= 0:
             raise LampeEvalError(f"leval: --len {length} leaves no room for the document (512 new tokens)")
-        values = self.typed_options(options)
-        if values["fixture"]:
-            require_fixture("leval", task)
-        self.read_records(task, values, data_dir, offline=True)  # a local file is checked now
+        super().check_job(task, length, options, data_dir)
 
-    def read_records(
-        self, task: str, options: Mapping[str, Any], data_dir: str | None, offline: bool = False
-    ) -> tuple[list[dict[str, Any]], str] | None:
+    def hub_source(self, task: str, dataset: str | None) -> tuple[HubLoader, str]:
         config = load_config()
-        hub_id = options["leval_dataset"] or config.dataset
-        found = load_task_records(
-            "leval",
-            task,
-            fixture=options["fixture"],
-            directory=options["leval_dir"],
-            data_dir=data_dir,
-            file_names=[f"{task}.jsonl"],
-            subdirs=["Closed-ended-tasks", "LEval-data/Closed-ended-tasks"],
-            hub=lambda: _hub_records(hub_id, task, config.split),
-            hub_label=f"{hub_id}/{task}",
-            schema=SCHEMA,
-            offline=offline,
-        )
-        if found is None:
-            return None
-        records, source = found
-        # The official evaluator scores only "exam" records of these tasks (all of them are).
-        return [r for r in records if r.get("evaluation", "exam") == "exam"], source
+        hub_id = dataset or config.dataset
+        return (lambda: _hub_records(hub_id, task, config.split)), f"{hub_id}/{task}"
 
-    def load_records(self, task: str, ctx: SampleContext) -> tuple[list[dict[str, Any]], str]:
-        found = self.read_records(task, self.option_values(ctx), ctx.data_dir)
-        assert found is not None  # not offline: the hub, or a one-line error
-        return found
+    def keep(self, records: list[Record]) -> list[Record]:
+        """The official evaluator scores only "exam" records of these tasks (all of them are)."""
+        return [r for r in records if r.get("evaluation", "exam") == "exam"]
 
     def samples(self, task: str, ctx: SampleContext) -> Iterator[Sample]:
         self.check_task(task)
@@ -409,7 +385,6 @@ class LEval(Benchmark):
         records, source = self.load_records(task, ctx)
         produced = 0
         for doc_index, record in enumerate(records):
-            _check_record(record, f"{source} record {doc_index}")
             if ctx.limit is not None and produced >= ctx.limit:
                 return
             document, doc_tokens, truncated = truncate_document(

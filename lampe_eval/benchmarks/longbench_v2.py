@@ -37,16 +37,9 @@ from typing import Any
 from ..backends.base import Generation, GenerationRequest, Rounds
 from ..errors import LampeEvalError
 from ..options import Option
-from .base import BENCHMARKS, Benchmark, Metric, Sample, SampleContext
-from .datafiles import (
-    FIXTURE_OPTION,
-    Field,
-    Schema,
-    check_records,
-    load_task_records,
-    require_directories,
-    require_fixture,
-)
+from .base import BENCHMARKS, Metric, Sample, SampleContext
+from .datafiles import FIXTURE_OPTION, Field, Schema, require_directories
+from .table_driven import HubLoader, TableDrivenBenchmark
 from .tables import load_table, mapping
 
 FIELDS = ("_id", "difficulty", "length", "question", "choice_A", "choice_B", "choice_C", "choice_D", "answer")
@@ -155,10 +148,6 @@ SCHEMA = Schema(
 )
 
 
-def _check_record(record: Mapping[str, Any], where: str) -> None:
-    check_records([record], SCHEMA, where)
-
-
 def _hub_records(dataset: str, split: str) -> list[dict[str, Any]]:
     from datasets import load_dataset
 
@@ -169,7 +158,7 @@ def _hub_records(dataset: str, split: str) -> list[dict[str, Any]]:
 
 
 @BENCHMARKS.register("longbench_v2")
-class LongBenchV2(Benchmark):
+class LongBenchV2(TableDrivenBenchmark):
     name = "longbench_v2"
     summary = (
         "LongBench v2: 503 multiple-choice questions (8K-2M words), official prompts (with or without "
@@ -188,6 +177,7 @@ class LongBenchV2(Benchmark):
         Option("chat_template", bool, True, "the model's chat template (the official code always uses it)"),
         Option("compensated", bool, False, "result.py's switch: an unparsable answer counts 0.25"),
     )
+    schema = SCHEMA
     input_length_key = "record_tokens"
 
     def tasks(self) -> list[str]:
@@ -198,32 +188,15 @@ class LongBenchV2(Benchmark):
         if values["cot"] and values["no_context"]:
             raise LampeEvalError("longbench_v2: choose one of --opt cot=true and --opt no_context=true")
         require_directories("longbench_v2", values, ["longbench_v2_dir"])
-        if values["fixture"]:
-            require_fixture("longbench_v2", self.check_task(task))
-        self.read_records(self.check_task(task), values, data_dir, offline=True)  # a local file now
+        super().check_job(self.check_task(task), length, options, data_dir)
 
-    def read_records(
-        self, task: str, options: Mapping[str, Any], data_dir: str | None, offline: bool = False
-    ) -> tuple[list[dict[str, Any]], str] | None:
+    def file_names(self, task: str) -> list[str]:
+        return ["data.json", f"{task}.jsonl"]
+
+    def hub_source(self, task: str, dataset: str | None) -> tuple[HubLoader, str]:
         config = load_config()
-        hub_id = options["longbench_v2_dataset"] or config.dataset
-        return load_task_records(
-            "longbench_v2",
-            task,
-            fixture=options["fixture"],
-            directory=options["longbench_v2_dir"],
-            data_dir=data_dir,
-            file_names=["data.json", f"{task}.jsonl"],
-            hub=lambda: _hub_records(hub_id, config.split),
-            hub_label=f"{hub_id}:{config.split}",
-            schema=SCHEMA,
-            offline=offline,
-        )
-
-    def load_records(self, task: str, ctx: SampleContext) -> tuple[list[dict[str, Any]], str]:
-        found = self.read_records(task, self.option_values(ctx), ctx.data_dir)
-        assert found is not None  # not offline: the hub, or a one-line error
-        return found
+        hub_id = dataset or config.dataset
+        return (lambda: _hub_records(hub_id, config.split)), f"{hub_id}:{config.split}"
 
     def samples(self, task: str, ctx: SampleContext) -> Iterator[Sample]:
         self.check_task(task)
@@ -234,8 +207,7 @@ class LongBenchV2(Benchmark):
         records, source = self.load_records(task, ctx)
         if ctx.limit is not None:
             records = records[: ctx.limit]
-        for index, record in enumerate(records):
-            _check_record(record, f"{source} record {index}")
+        for record in records:
             context = "" if mode == "no_context" else str(record["context"])
             raw = fill(config.templates[mode], record, context)
             prompt, tokens, truncated = middle_truncate(raw, ctx.lm.tokenizer, ctx.length)
