@@ -17,14 +17,17 @@ returned source string in every sample's ``meta["data_source"]``.
 from __future__ import annotations
 
 import json
+import os
+import socket
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from .. import resources
 from ..errors import MissingDataError, clip
-from ..options import Option
+from ..options import TRUE, Option
 
 Record = dict[str, Any]  # one record of a benchmark's official data (a JSON object)
 
@@ -248,10 +251,23 @@ def read_records(path: resources.Resource, schema: Schema | None = None) -> list
     return records
 
 
-def hub_reachable() -> bool:
-    from .ruler.haystack import hub_reachable as reachable
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """False when the HF hub is switched off or cannot be reached (checked once per process)."""
+    return _hub_reachable(timeout)
 
-    return reachable()
+
+@lru_cache(maxsize=1)
+def _hub_reachable(timeout: float) -> bool:
+    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        if os.environ.get(var, "").strip().lower() in TRUE:
+            return False
+    if any(os.environ.get(var) for var in ("HTTPS_PROXY", "https_proxy", "HF_ENDPOINT")):
+        return True  # a proxy or mirror: let `datasets` try
+    try:
+        with socket.create_connection(("huggingface.co", 443), timeout=timeout):
+            return True
+    except OSError:
+        return False
 
 
 def fixture_path(benchmark: str, task: str) -> tuple[str, resources.Resource | None]:

@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import LampeEvalError, MissingDataError
+from ..books import directory_documents, hub_documents
 from ..datafiles import hub_reachable
 
 log = logging.getLogger(__name__)
@@ -82,14 +83,10 @@ def _offline_books() -> list[tuple[str, str]]:
 
 @lru_cache(maxsize=2)
 def _hub_books(dataset: str) -> list[tuple[str, str]]:
-    from ..pg19 import hub_documents
-
     return [(doc.title, doc.text) for doc in hub_documents(dataset, "test")]
 
 
 def _dir_books(directory: str) -> list[tuple[str, str]]:
-    from ..pg19 import directory_documents
-
     return [(doc.title, doc.text) for doc in directory_documents(directory)]
 
 

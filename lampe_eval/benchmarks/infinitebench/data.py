@@ -17,7 +17,7 @@ from typing import Any
 from ... import resources
 from ...errors import LampeEvalError, MissingDataError
 from ...resources import Resource
-from ..datafiles import Field, Schema, check_records, read_jsonl_lines
+from ..datafiles import Field, Schema, check_records, hub_reachable, read_jsonl_lines
 
 OPTION_LETTERS = "ABCD"
 
@@ -124,8 +124,6 @@ def hub_features() -> Any:
 
 def hub_records(dataset: str, task: str) -> list[Record]:
     """One task (a split of the Hub dataset) through ``datasets``; needs hub access."""
-    from ..ruler.haystack import hub_reachable
-
     offline_hint = (
         f"offline, pass --data-dir DIR holding the official {task}.jsonl, "
         "or --opt fixture=true (tiny test fixture)"
