@@ -129,15 +129,10 @@ def mc_answer(response: str, multi: bool = False) -> str:
         return "None"
     if response in "ABCD":
         return response
-    if not multi:
-        for char in response:
-            if char in "ABCD":
-                return char
-    run = ""
-    for char in response:
-        if char not in "ABCD":
-            break
-        run += char
+    first = re.search(r"[ABCD]", response)
+    if not multi and first:
+        return first.group()
+    run = _letter_run(response)
     if len(run) > 1:
         return "".join(sorted(set(run)))
     rest = response[len(run) :].split("Question")[0]
@@ -145,14 +140,14 @@ def mc_answer(response: str, multi: bool = False) -> str:
     letters = re.sub(r"[^A-D]", "", run + " ".join(options).strip())
     letters = "".join(sorted(set(letters)))
     if not letters:
-        started = False
-        for char in rest:
-            if char in "ABCD":
-                letters += char
-                started = True
-            elif started:
-                break
+        letters = _letter_run(rest, anywhere=True)
     return letters or "A"
+
+
+def _letter_run(text: str, anywhere: bool = False) -> str:
+    """The run of A-D characters that starts ``text`` (``anywhere``: the first run in it), or ""."""
+    match = (re.search if anywhere else re.match)(r"[ABCD]+", text)
+    return match.group() if match else ""
 
 
 def math_answer(text: str) -> str:
