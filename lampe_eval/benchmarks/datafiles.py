@@ -39,7 +39,7 @@ FIXTURE_OPTION = Option("fixture", bool, False, "the tiny hand-written fixture (
 JSON_NAMES = {dict: "an object", list: "a list", str: "a string", int: "an integer", float: "a number"}
 
 
-def json_kind(value: Any) -> str:
+def json_kind(value: object) -> str:
     """How JSON calls the type of ``value`` ("an object", "a list", "null", ...)."""
     if value is None:
         return "null"
@@ -72,7 +72,7 @@ class Field:
         text = " or ".join(names)
         return f"a non-empty {text.split(' ', 1)[1]}" if self.nonempty else text
 
-    def problem(self, value: Any) -> str | None:
+    def problem(self, value: object) -> str | None:
         """What is wrong with ``value`` (None: nothing)."""
         ok = any(isinstance(value, kind) and not isinstance(value, bool) for kind in self.types)
         if ok and float in self.types and isinstance(value, int) and not isinstance(value, bool):

@@ -29,7 +29,7 @@ import string
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jinja2
 
@@ -41,6 +41,9 @@ from .base import BENCHMARKS, Metric, Sample, SampleContext
 from .datafiles import FIXTURE_OPTION, Field, Record, Schema
 from .table_driven import HubLoader, TableDrivenBenchmark
 from .tables import load_table, mapping
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 ANSWER_KINDS = ("mc", "mc_multi", "math", "judge")
 PROMPT_STYLES = ("chat", "llama2", "plain")
@@ -241,7 +244,9 @@ def score_prediction(task: str, prediction: str, gold: str) -> dict[str, float]:
 # --------------------------------------------------------------------------- prompt
 
 
-def truncate_document(document: str, tokenizer: Any, budget: int, step: int = 250) -> tuple[str, int, bool]:
+def truncate_document(
+    document: str, tokenizer: PreTrainedTokenizerBase, budget: int, step: int = 250
+) -> tuple[str, int, bool]:
     """The official document cut: (document, its original token count, whether it was cut)."""
 
     def count(text: str) -> int:

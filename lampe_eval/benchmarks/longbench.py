@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..backends.base import Generation, Rounds
 from ..errors import LampeEvalError
@@ -40,6 +40,9 @@ from .base import BENCHMARKS, Metric, Sample, SampleContext
 from .datafiles import FIXTURE_OPTION, Field, Schema
 from .table_driven import HubLoader, TableDrivenBenchmark
 from .tables import load_table, mapping
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 E_SUFFIX = "_e"
 
@@ -123,7 +126,9 @@ def load_config() -> LongBenchConfig:
 # --------------------------------------------------------------------------- prompt
 
 
-def middle_truncate(prompt: str, tokenizer: Any, max_length: int) -> tuple[str, int, bool]:
+def middle_truncate(
+    prompt: str, tokenizer: PreTrainedTokenizerBase, max_length: int
+) -> tuple[str, int, bool]:
     """LongBench's truncation: (prompt, its token count with special tokens, whether it was cut).
 
     Over ``max_length`` tokens, the prompt becomes the decoded first ``max_length // 2`` tokens followed

@@ -32,7 +32,7 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..backends.base import Generation, GenerationRequest, Rounds
 from ..errors import LampeEvalError
@@ -41,6 +41,9 @@ from .base import BENCHMARKS, Metric, Sample, SampleContext
 from .datafiles import FIXTURE_OPTION, Field, Schema, require_directories
 from .table_driven import HubLoader, TableDrivenBenchmark
 from .tables import load_table, mapping
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 FIELDS = ("_id", "difficulty", "length", "question", "choice_A", "choice_B", "choice_C", "choice_D", "answer")
 DIFFICULTIES = ("easy", "hard")
@@ -92,7 +95,7 @@ def fill(template: str, record: Mapping[str, Any], context: str = "") -> str:
     return text
 
 
-def middle_truncate(prompt: str, tokenizer: Any, max_len: int) -> tuple[str, int, bool]:
+def middle_truncate(prompt: str, tokenizer: PreTrainedTokenizerBase, max_len: int) -> tuple[str, int, bool]:
     """``pred.py``'s ``query_llm`` cut: (prompt, its token count with special tokens, whether it was cut).
 
     Unlike LongBench v1 (two decodes of ``int(max_len/2)`` tokens each), v2 keeps

@@ -39,7 +39,7 @@ import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -48,6 +48,9 @@ from ..errors import LampeEvalError, MissingDataError
 from ..options import Option
 from .base import BENCHMARKS, Benchmark, Metric, Sample, SampleContext
 from .books import Document, directory_documents, hub_documents, offline_documents
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 DEFAULT_CHUNK = 1024
 SATURATION = 100.0  # tables print ">10^2" above this (the paper's Appendix D); raw results keep the value
@@ -87,7 +90,7 @@ def resolve_documents(options: dict[str, Any], data_dir: str | None) -> tuple[st
 
 
 # ------------------------------------------------------------------------------------------ passages
-def special_prefix(tokenizer: Any) -> list[int]:
+def special_prefix(tokenizer: PreTrainedTokenizerBase) -> list[int]:
     """Tokens the tokenizer puts in front of any text (a BOS), [] when it adds none."""
     plain = list(tokenizer("a", add_special_tokens=False)["input_ids"])
     full = list(tokenizer("a")["input_ids"])
@@ -148,7 +151,7 @@ def select_passages(
 class TokenizedCorpus:
     """Documents tokenized lazily, once per (corpus, tokenizer)."""
 
-    def __init__(self, docs: list[Document], tokenizer: Any) -> None:
+    def __init__(self, docs: list[Document], tokenizer: PreTrainedTokenizerBase) -> None:
         self.docs = docs
         self.tokenizer = tokenizer
         self._ids: dict[int, list[int]] = {}
@@ -175,7 +178,9 @@ class TokenizedCorpus:
 _CORPORA: dict[tuple[str, int], TokenizedCorpus] = {}
 
 
-def tokenized_corpus(source: str, docs: list[Document], tokenizer: Any) -> TokenizedCorpus:
+def tokenized_corpus(
+    source: str, docs: list[Document], tokenizer: PreTrainedTokenizerBase
+) -> TokenizedCorpus:
     key = (source, id(tokenizer))
     cached = _CORPORA.get(key)
     if cached is None or cached.tokenizer is not tokenizer or cached.docs != docs:

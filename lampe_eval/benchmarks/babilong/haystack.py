@@ -36,13 +36,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ...errors import LampeEvalError, MissingDataError
 from ..books import directory_documents, hub_documents
 from ..datafiles import hub_reachable
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +135,7 @@ def sentence_splitter() -> Callable[[str], list[str]]:
     return PunktSentenceTokenizer().tokenize
 
 
-def tokenize_pieces(tokenizer: Any, pieces: list[str]) -> list[list[int]]:
+def tokenize_pieces(tokenizer: PreTrainedTokenizerBase, pieces: list[str]) -> list[list[int]]:
     """Each piece's tokens, no special tokens (one batched call)."""
     if not pieces:
         return []
@@ -140,7 +143,7 @@ def tokenize_pieces(tokenizer: Any, pieces: list[str]) -> list[list[int]]:
 
 
 def sample_background(
-    books: list[tuple[str, str]], size: int, tokenizer: Any, rng: np.random.Generator
+    books: list[tuple[str, str]], size: int, tokenizer: PreTrainedTokenizerBase, rng: np.random.Generator
 ) -> tuple[list[list[int]], list[str]]:
     """``SentenceSampler.get_sample(size)`` in shuffle mode: tokenized sentences adding up to exactly
     ``size`` tokens, and the titles of the books they came from."""
@@ -191,7 +194,7 @@ def seed_of(*parts: object) -> int:
 
 
 def build_haystack(
-    facts: list[str], size: int, books: list[tuple[str, str]], tokenizer: Any, seed: int
+    facts: list[str], size: int, books: list[tuple[str, str]], tokenizer: PreTrainedTokenizerBase, seed: int
 ) -> tuple[str, dict[str, Any]]:
     """The context of one sample with ``size`` haystack tokens (facts + background), and its provenance."""
     rng = np.random.default_rng(seed)
