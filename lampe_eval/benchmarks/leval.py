@@ -328,6 +328,14 @@ SCHEMA = Schema(
 )
 
 
+def document_budget(length: int) -> int:
+    """The document's tokens at ``--len length`` (the answer's 512 kept free); none left is an error."""
+    budget = length - load_config().max_new_tokens
+    if budget <= 0:
+        raise LampeEvalError(f"leval: --len {length} leaves no room for the document (512 new tokens)")
+    return budget
+
+
 @BENCHMARKS.register("leval")
 class LEval(TableDrivenBenchmark):
     name = "leval"
@@ -354,9 +362,7 @@ class LEval(TableDrivenBenchmark):
         return list(load_config().tasks)
 
     def check_job(self, task: str, length: int, options: Mapping[str, Any], data_dir: str | None) -> None:
-        budget = length - load_config().max_new_tokens
-        if budget <= 0:
-            raise LampeEvalError(f"leval: --len {length} leaves no room for the document (512 new tokens)")
+        document_budget(length)
         super().check_job(task, length, options, data_dir)
 
     def hub_source(self, task: str, dataset: str | None) -> tuple[HubLoader, str]:
@@ -377,11 +383,7 @@ class LEval(TableDrivenBenchmark):
         style = options["leval_prompt"]
         if style == "chat" and not options["chat_template"]:
             style = "plain"
-        budget = ctx.length - config.max_new_tokens
-        if budget <= 0:
-            raise LampeEvalError(
-                f"leval: --len {ctx.length} leaves no room for the document (512 new tokens)"
-            )
+        budget = document_budget(ctx.length)
         records, source = self.load_records(task, ctx)
         produced = 0
         for doc_index, record in enumerate(records):
