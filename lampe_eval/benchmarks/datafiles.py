@@ -1,4 +1,4 @@
-"""Where LongBench / L-Eval records come from: local data files, the Hugging Face hub, or the test fixture.
+"""Where benchmark records come from: local data files, the Hugging Face hub, or the test fixture.
 
 One function, :func:`load_task_records`, decides for one (benchmark, task), in this order:
 
@@ -11,7 +11,8 @@ One function, :func:`load_task_records`, decides for one (benchmark, task), in t
 3. The hub through ``datasets`` when it is reachable.
 
 Otherwise a one-line :class:`MissingDataError` says how to provide the data. The caller records the
-returned source string in every sample's ``meta["data_source"]``.
+returned source string in every sample's ``meta["data_source"]``. The record format checks (:class:`Schema`),
+the file readers and :func:`hub_reachable` serve every benchmark.
 """
 
 from __future__ import annotations
