@@ -4,6 +4,7 @@ and every benchmark is complete."""
 
 from __future__ import annotations
 
+import ast
 import inspect
 import re
 from pathlib import Path
@@ -102,3 +103,50 @@ def test_a_benchmark_without_metrics_does_not_register():
 
     with pytest.raises(TypeError, match="must declare its metrics"):
         registry.register("nometrics")(NoMetrics)
+
+
+def benchmark_owner(module: str) -> str | None:
+    """The benchmark a module of ``lampe_eval.benchmarks`` belongs to (None: code the benchmarks share):
+    a sub-package's modules belong to it, a top-level module that registers a benchmark to itself."""
+    parts = module.split(".")
+    if len(parts) < 3:
+        return None
+    name = parts[2]
+    if (PACKAGE / "benchmarks" / name).is_dir():
+        return name
+    path = PACKAGE / "benchmarks" / f"{name}.py"
+    registers = path.is_file() and re.search(r"^@BENCHMARKS\.register", path.read_text(), re.M)
+    return name if registers else None
+
+
+def imported_modules(path: Path, module: str) -> set[str]:
+    """Every module ``path`` imports, at the top or inside a function, as an absolute dotted name."""
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")
+            base = base[: len(base) - node.level + 1] if node.level else []
+            target = ".".join([*base, *([node.module] if node.module else [])])
+            out.add(target)
+            out.update(f"{target}.{alias.name}" for alias in node.names)
+    return out
+
+
+def test_no_benchmark_imports_another_benchmark():
+    """Code two benchmarks need lives in the shared modules (datafiles, books, metrics, ...), and shared
+    code imports no benchmark."""
+    root = PACKAGE.parent
+    found = []
+    for path in sorted((PACKAGE / "benchmarks").rglob("*.py")):
+        module = ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+        owner = benchmark_owner(module)
+        for target in imported_modules(path, module):
+            if not target.startswith("lampe_eval.benchmarks.") or len(target.split(".")) < 3:
+                continue
+            other = benchmark_owner(target)
+            if other is not None and other != owner:
+                found.append(f"{module} imports {target}")
+    assert not found, found

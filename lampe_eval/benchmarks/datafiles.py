@@ -1,4 +1,4 @@
-"""Where LongBench / L-Eval records come from: local data files, the Hugging Face hub, or the test fixture.
+"""Where benchmark records come from: local data files, the Hugging Face hub, or the test fixture.
 
 One function, :func:`load_task_records`, decides for one (benchmark, task), in this order:
 
@@ -11,20 +11,26 @@ One function, :func:`load_task_records`, decides for one (benchmark, task), in t
 3. The hub through ``datasets`` when it is reachable.
 
 Otherwise a one-line :class:`MissingDataError` says how to provide the data. The caller records the
-returned source string in every sample's ``meta["data_source"]``.
+returned source string in every sample's ``meta["data_source"]``. The record format checks (:class:`Schema`),
+the file readers and :func:`hub_reachable` serve every benchmark.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import socket
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from .. import resources
 from ..errors import MissingDataError, clip
-from ..options import Option
+from ..options import TRUE, Option
+
+Record = dict[str, Any]  # one record of a benchmark's official data (a JSON object)
 
 # --opt fixture=true: shared by the benchmarks that ship hand-written fixtures
 FIXTURE_OPTION = Option("fixture", bool, False, "the tiny hand-written fixture (smoke tests, not numbers)")
@@ -34,7 +40,7 @@ FIXTURE_OPTION = Option("fixture", bool, False, "the tiny hand-written fixture (
 JSON_NAMES = {dict: "an object", list: "a list", str: "a string", int: "an integer", float: "a number"}
 
 
-def json_kind(value: Any) -> str:
+def json_kind(value: object) -> str:
     """How JSON calls the type of ``value`` ("an object", "a list", "null", ...)."""
     if value is None:
         return "null"
@@ -67,7 +73,7 @@ class Field:
         text = " or ".join(names)
         return f"a non-empty {text.split(' ', 1)[1]}" if self.nonempty else text
 
-    def problem(self, value: Any) -> str | None:
+    def problem(self, value: object) -> str | None:
         """What is wrong with ``value`` (None: nothing)."""
         ok = any(isinstance(value, kind) and not isinstance(value, bool) for kind in self.types)
         if ok and float in self.types and isinstance(value, int) and not isinstance(value, bool):
@@ -168,49 +174,65 @@ def read_jsonl(path: resources.Resource) -> list[dict[str, Any]]:
     return read_jsonl_lines(path)[0]
 
 
+def _skip_space(text: str, at: int) -> int:
+    while at < len(text) and text[at] in " \t\n\r":
+        at += 1
+    return at
+
+
+def _line_of(text: str, at: int) -> int:
+    return text.count("\n", 0, at) + 1
+
+
+def _reject_non_array(path: resources.Resource, text: str) -> NoReturn:
+    """The one-line error for a ``.json`` file that does not start with an array."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise DataFileError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from err
+    raise DataFileError(f"{path}: expected a JSON array of objects, got {json_kind(value)}")
+
+
+def _array_object(
+    path: resources.Resource, text: str, at: int, decoder: json.JSONDecoder
+) -> tuple[dict[str, Any], int]:
+    """The JSON object starting at ``at`` and where it ends; anything else is a one-line error."""
+    try:
+        value, end = decoder.raw_decode(text, at)
+    except json.JSONDecodeError as err:
+        raise DataFileError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from err
+    if not isinstance(value, dict):
+        raise DataFileError(
+            f"{path}:{_line_of(text, at)}: expected a JSON array of objects, got {json_kind(value)}"
+        )
+    return value, end
+
+
 def read_array_lines(path: resources.Resource) -> tuple[list[dict[str, Any]], list[int]]:
     """The objects of a ``.json`` file holding one JSON array, and the line each starts on."""
     text = read_text(path)
-    decoder = json.JSONDecoder()
     records: list[dict[str, Any]] = []
     lines: list[int] = []
-
-    def skip(at: int) -> int:
-        while at < len(text) and text[at] in " \t\n\r":
-            at += 1
-        return at
-
-    def line_of(at: int) -> int:
-        return text.count("\n", 0, at) + 1
-
-    at = skip(0)
+    at = _skip_space(text, 0)
     if not text.startswith("[", at):
-        try:
-            json.loads(text)
-        except json.JSONDecodeError as err:
-            raise DataFileError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from err
-        raise DataFileError(f"{path}: expected a JSON array of objects, got {json_kind(json.loads(text))}")
-    at = skip(at + 1)
+        _reject_non_array(path, text)
+    at = _skip_space(text, at + 1)
     if text.startswith("]", at):
         return records, lines
+    decoder = json.JSONDecoder()
     while True:
-        try:
-            value, end = decoder.raw_decode(text, at)
-        except json.JSONDecodeError as err:
-            raise DataFileError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from err
-        if not isinstance(value, dict):
-            raise DataFileError(
-                f"{path}:{line_of(at)}: expected a JSON array of objects, got {json_kind(value)}"
-            )
+        value, end = _array_object(path, text, at, decoder)
         records.append(value)
-        lines.append(line_of(at))
-        at = skip(end)
+        lines.append(_line_of(text, at))
+        at = _skip_space(text, end)
         if text.startswith(",", at):
-            at = skip(at + 1)
+            at = _skip_space(text, at + 1)
             continue
-        if text.startswith("]", at) and not text[skip(at + 1) :]:
+        if text.startswith("]", at) and not text[_skip_space(text, at + 1) :]:
             return records, lines
-        raise DataFileError(f"{path}:{line_of(at)}: not valid JSON (expected ',' or ']' between records)")
+        raise DataFileError(
+            f"{path}:{_line_of(text, at)}: not valid JSON (expected ',' or ']' between records)"
+        )
 
 
 def read_records_lines(path: resources.Resource) -> tuple[list[dict[str, Any]], list[int]]:
@@ -246,10 +268,23 @@ def read_records(path: resources.Resource, schema: Schema | None = None) -> list
     return records
 
 
-def hub_reachable() -> bool:
-    from .ruler.haystack import hub_reachable as reachable
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """False when the HF hub is switched off or cannot be reached (checked once per process)."""
+    return _hub_reachable(timeout)
 
-    return reachable()
+
+@lru_cache(maxsize=1)
+def _hub_reachable(timeout: float) -> bool:
+    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        if os.environ.get(var, "").strip().lower() in TRUE:
+            return False
+    if any(os.environ.get(var) for var in ("HTTPS_PROXY", "https_proxy", "HF_ENDPOINT")):
+        return True  # a proxy or mirror: let `datasets` try
+    try:
+        with socket.create_connection(("huggingface.co", 443), timeout=timeout):
+            return True
+    except OSError:
+        return False
 
 
 def fixture_path(benchmark: str, task: str) -> tuple[str, resources.Resource | None]:
@@ -273,6 +308,44 @@ def require_directories(benchmark: str, values: Mapping[str, Any], names: Sequen
             raise MissingDataError(f"{benchmark}: {name}={values[name]} is not a directory")
 
 
+def find_local_file(
+    benchmark: str,
+    directory: str | None,
+    data_dir: str | None,
+    file_names: Sequence[str],
+    subdirs: Sequence[str] = (),
+) -> Path | None:
+    """The first of ``file_names`` in ``directory`` (the benchmark's directory option) or else ``data_dir``,
+    looked for in ``<benchmark>/``, the folder itself, then ``subdirs``; None when there is none, a
+    one-line error when the directory option names a folder without it."""
+    folder = directory or data_dir
+    if not folder:
+        return None
+    root = Path(str(folder)).expanduser()
+    for sub in (benchmark, "", *subdirs):
+        for name in file_names:
+            candidate = root / sub / name if sub else root / name
+            if candidate.is_file():
+                return candidate
+    if directory:
+        raise MissingDataError(
+            f"{benchmark}_dir={directory}: none of {', '.join(file_names)} found there "
+            f"(also looked in {', '.join([benchmark, *subdirs])}/)"
+        )
+    return None
+
+
+def hub_task_records(hub: Callable[[], list[Record]], hub_label: str, schema: Schema | None) -> list[Record]:
+    """A task's records through ``datasets`` (``hub``), checked; any failure is one line."""
+    try:
+        records = hub()
+    except Exception as err:  # noqa: BLE001 - any hub / datasets failure is reported the same way
+        raise MissingDataError(f"could not load {hub_label} through datasets: {err}".splitlines()[0]) from err
+    if schema is not None:
+        check_records(records, schema, f"hub:{hub_label}")
+    return records
+
+
 def load_task_records(
     benchmark: str,
     task: str,
@@ -282,11 +355,11 @@ def load_task_records(
     data_dir: str | None,
     file_names: Sequence[str],
     subdirs: Sequence[str] = (),
-    hub: Callable[[], list[dict[str, Any]]],
+    hub: Callable[[], list[Record]],
     hub_label: str,
     schema: Schema | None = None,
     offline: bool = False,
-) -> tuple[list[dict[str, Any]], str] | None:
+) -> tuple[list[Record], str] | None:
     """Records of one task and where they came from (``fixture:...``, ``file:...``, ``hub:...``), each
     checked against ``schema`` (the benchmark's official record format). ``offline``: only a fixture or a
     local file (the checks before any model loads), None when the records would come from the hub."""
@@ -294,33 +367,14 @@ def load_task_records(
         path = require_fixture(benchmark, task)
         return read_records(path, schema), f"fixture:fixtures/{benchmark}/{task}.jsonl"
 
-    explicit = directory
-    directory = explicit or data_dir
-    if directory:
-        root = Path(str(directory)).expanduser()
-        for sub in (benchmark, "", *subdirs):
-            for name in file_names:
-                candidate = root / sub / name if sub else root / name
-                if candidate.is_file():
-                    return read_records(candidate, schema), f"file:{candidate}"
-        if explicit:
-            raise MissingDataError(
-                f"{benchmark}_dir={directory}: none of {', '.join(file_names)} found there "
-                f"(also looked in {', '.join([benchmark, *subdirs])}/)"
-            )
+    local = find_local_file(benchmark, directory, data_dir, file_names, subdirs)
+    if local is not None:
+        return read_records(local, schema), f"file:{local}"
     if offline:
         return None
-
     if hub_reachable():
-        try:
-            records = hub()
-        except Exception as err:  # noqa: BLE001 - any hub / datasets failure is reported the same way
-            raise MissingDataError(
-                f"could not load {hub_label} through datasets: {err}".splitlines()[0]
-            ) from err
-        if schema is not None:
-            check_records(records, schema, f"hub:{hub_label}")
-        return records, f"hub:{hub_label}"
+        return hub_task_records(hub, hub_label, schema), f"hub:{hub_label}"
+    directory = directory or data_dir
     where = f" (not in {directory})" if directory else ""
     raise MissingDataError(
         f"{benchmark} task {task!r}: the Hugging Face hub is unreachable and no local file was found{where}; "

@@ -29,7 +29,7 @@ import string
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jinja2
 
@@ -37,9 +37,13 @@ from ..backends.base import Generation, GenerationRequest, Rounds
 from ..errors import LampeEvalError
 from ..models import LoadedModel
 from ..options import Option
-from .base import BENCHMARKS, Benchmark, Metric, Sample, SampleContext
-from .datafiles import FIXTURE_OPTION, Field, Schema, check_records, load_task_records, require_fixture
+from .base import BENCHMARKS, Metric, Sample, SampleContext
+from .datafiles import FIXTURE_OPTION, Field, Record, Schema
+from .table_driven import HubLoader, TableDrivenBenchmark
 from .tables import load_table, mapping
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 ANSWER_KINDS = ("mc", "mc_multi", "math", "judge")
 PROMPT_STYLES = ("chat", "llama2", "plain")
@@ -128,15 +132,10 @@ def mc_answer(response: str, multi: bool = False) -> str:
         return "None"
     if response in "ABCD":
         return response
-    if not multi:
-        for char in response:
-            if char in "ABCD":
-                return char
-    run = ""
-    for char in response:
-        if char not in "ABCD":
-            break
-        run += char
+    first = re.search(r"[ABCD]", response)
+    if not multi and first:
+        return first.group()
+    run = _letter_run(response)
     if len(run) > 1:
         return "".join(sorted(set(run)))
     rest = response[len(run) :].split("Question")[0]
@@ -144,14 +143,14 @@ def mc_answer(response: str, multi: bool = False) -> str:
     letters = re.sub(r"[^A-D]", "", run + " ".join(options).strip())
     letters = "".join(sorted(set(letters)))
     if not letters:
-        started = False
-        for char in rest:
-            if char in "ABCD":
-                letters += char
-                started = True
-            elif started:
-                break
+        letters = _letter_run(rest, anywhere=True)
     return letters or "A"
+
+
+def _letter_run(text: str, anywhere: bool = False) -> str:
+    """The run of A-D characters that starts ``text`` (``anywhere``: the first run in it), or ""."""
+    match = (re.search if anywhere else re.match)(r"[ABCD]+", text)
+    return match.group() if match else ""
 
 
 def math_answer(text: str) -> str:
@@ -245,7 +244,9 @@ def score_prediction(task: str, prediction: str, gold: str) -> dict[str, float]:
 # --------------------------------------------------------------------------- prompt
 
 
-def truncate_document(document: str, tokenizer: Any, budget: int, step: int = 250) -> tuple[str, int, bool]:
+def truncate_document(
+    document: str, tokenizer: PreTrainedTokenizerBase, budget: int, step: int = 250
+) -> tuple[str, int, bool]:
     """The official document cut: (document, its original token count, whether it was cut)."""
 
     def count(text: str) -> int:
@@ -327,12 +328,16 @@ SCHEMA = Schema(
 )
 
 
-def _check_record(record: Mapping[str, Any], where: str) -> None:
-    check_records([record], SCHEMA, where)
+def document_budget(length: int) -> int:
+    """The document's tokens at ``--len length`` (the answer's 512 kept free); none left is an error."""
+    budget = length - load_config().max_new_tokens
+    if budget <= 0:
+        raise LampeEvalError(f"leval: --len {length} leaves no room for the document (512 new tokens)")
+    return budget
 
 
 @BENCHMARKS.register("leval")
-class LEval(Benchmark):
+class LEval(TableDrivenBenchmark):
     name = "leval"
     summary = "L-Eval closed-ended tasks (Coursera, GSM, QuALITY, TOEFL, SFiction): official prompts and EM"
     metrics = (
@@ -347,6 +352,8 @@ class LEval(Benchmark):
         Option("leval_prompt", str, "chat", "prompt style", choices=PROMPT_STYLES),
         Option("chat_template", bool, True, "the model's chat template (false: the plain prompt)"),
     )
+    schema = SCHEMA
+    subdirs = ("Closed-ended-tasks", "LEval-data/Closed-ended-tasks")
     bucket_plot = True
     input_length_key = "document_tokens"
     truncation = "the end of the document: its first words, 250 fewer per round, to --len - 512 tokens"
@@ -355,42 +362,17 @@ class LEval(Benchmark):
         return list(load_config().tasks)
 
     def check_job(self, task: str, length: int, options: Mapping[str, Any], data_dir: str | None) -> None:
-        budget = length - load_config().max_new_tokens
-        if budget <= 0:
-            raise LampeEvalError(f"leval: --len {length} leaves no room for the document (512 new tokens)")
-        values = self.typed_options(options)
-        if values["fixture"]:
-            require_fixture("leval", task)
-        self.read_records(task, values, data_dir, offline=True)  # a local file is checked now
+        document_budget(length)
+        super().check_job(task, length, options, data_dir)
 
-    def read_records(
-        self, task: str, options: Mapping[str, Any], data_dir: str | None, offline: bool = False
-    ) -> tuple[list[dict[str, Any]], str] | None:
+    def hub_source(self, task: str, dataset: str | None) -> tuple[HubLoader, str]:
         config = load_config()
-        hub_id = options["leval_dataset"] or config.dataset
-        found = load_task_records(
-            "leval",
-            task,
-            fixture=options["fixture"],
-            directory=options["leval_dir"],
-            data_dir=data_dir,
-            file_names=[f"{task}.jsonl"],
-            subdirs=["Closed-ended-tasks", "LEval-data/Closed-ended-tasks"],
-            hub=lambda: _hub_records(hub_id, task, config.split),
-            hub_label=f"{hub_id}/{task}",
-            schema=SCHEMA,
-            offline=offline,
-        )
-        if found is None:
-            return None
-        records, source = found
-        # The official evaluator scores only "exam" records of these tasks (all of them are).
-        return [r for r in records if r.get("evaluation", "exam") == "exam"], source
+        hub_id = dataset or config.dataset
+        return (lambda: _hub_records(hub_id, task, config.split)), f"{hub_id}/{task}"
 
-    def load_records(self, task: str, ctx: SampleContext) -> tuple[list[dict[str, Any]], str]:
-        found = self.read_records(task, self.option_values(ctx), ctx.data_dir)
-        assert found is not None  # not offline: the hub, or a one-line error
-        return found
+    def keep(self, records: list[Record]) -> list[Record]:
+        """The official evaluator scores only "exam" records of these tasks (all of them are)."""
+        return [r for r in records if r.get("evaluation", "exam") == "exam"]
 
     def samples(self, task: str, ctx: SampleContext) -> Iterator[Sample]:
         self.check_task(task)
@@ -401,15 +383,10 @@ class LEval(Benchmark):
         style = options["leval_prompt"]
         if style == "chat" and not options["chat_template"]:
             style = "plain"
-        budget = ctx.length - config.max_new_tokens
-        if budget <= 0:
-            raise LampeEvalError(
-                f"leval: --len {ctx.length} leaves no room for the document (512 new tokens)"
-            )
+        budget = document_budget(ctx.length)
         records, source = self.load_records(task, ctx)
         produced = 0
         for doc_index, record in enumerate(records):
-            _check_record(record, f"{source} record {doc_index}")
             if ctx.limit is not None and produced >= ctx.limit:
                 return
             document, doc_tokens, truncated = truncate_document(

@@ -29,16 +29,20 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..backends.base import Generation, Rounds
 from ..errors import LampeEvalError
 from ..options import Option
 from ..prompts import newline_token
 from . import metrics
-from .base import BENCHMARKS, Benchmark, Metric, Sample, SampleContext
-from .datafiles import FIXTURE_OPTION, Field, Schema, check_records, load_task_records, require_fixture
+from .base import BENCHMARKS, Metric, Sample, SampleContext
+from .datafiles import FIXTURE_OPTION, Field, Schema
+from .table_driven import HubLoader, TableDrivenBenchmark
 from .tables import load_table, mapping
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 E_SUFFIX = "_e"
 
@@ -122,7 +126,9 @@ def load_config() -> LongBenchConfig:
 # --------------------------------------------------------------------------- prompt
 
 
-def middle_truncate(prompt: str, tokenizer: Any, max_length: int) -> tuple[str, int, bool]:
+def middle_truncate(
+    prompt: str, tokenizer: PreTrainedTokenizerBase, max_length: int
+) -> tuple[str, int, bool]:
     """LongBench's truncation: (prompt, its token count with special tokens, whether it was cut).
 
     Over ``max_length`` tokens, the prompt becomes the decoded first ``max_length // 2`` tokens followed
@@ -230,12 +236,8 @@ SCHEMA = Schema(
 )
 
 
-def _check_record(record: Mapping[str, Any], where: str) -> None:
-    check_records([record], SCHEMA, where)
-
-
 @BENCHMARKS.register("longbench")
-class LongBench(Benchmark):
+class LongBench(TableDrivenBenchmark):
     name = "longbench"
     summary = "LongBench v1: 21 bilingual long-context datasets (+ LongBench-E), official prompts and scorers"
     metrics = (
@@ -257,6 +259,8 @@ class LongBench(Benchmark):
         Option("chat_template", bool, True, "the model's chat template (the official rule per dataset)"),
         Option("code_sim", str, "difflib", "code_sim's ratio backend", choices=("difflib", "levenshtein")),
     )
+    schema = SCHEMA
+    subdirs = ("data",)
     bucket_plot = True
     input_length_key = "record_tokens"
     truncation = "the middle of the formatted prompt (pre chat template): first and last --len/2 tokens kept"
@@ -267,35 +271,10 @@ class LongBench(Benchmark):
     def default_tasks(self) -> list[str]:
         return list(load_config().datasets)
 
-    def check_job(self, task: str, length: int, options: Mapping[str, Any], data_dir: str | None) -> None:
-        values = self.typed_options(options)
-        if values["fixture"]:
-            require_fixture("longbench", task)
-        self.read_records(task, values, data_dir, offline=True)  # a local file is checked now
-
-    def read_records(
-        self, task: str, options: Mapping[str, Any], data_dir: str | None, offline: bool = False
-    ) -> tuple[list[dict[str, Any]], str] | None:
+    def hub_source(self, task: str, dataset: str | None) -> tuple[HubLoader, str]:
         config = load_config()
-        hub_id = options["longbench_dataset"] or config.dataset
-        return load_task_records(
-            "longbench",
-            task,
-            fixture=options["fixture"],
-            directory=options["longbench_dir"],
-            data_dir=data_dir,
-            file_names=[f"{task}.jsonl"],
-            subdirs=["data"],
-            hub=lambda: _hub_records(hub_id, task, config.split),
-            hub_label=f"{hub_id}/{task}",
-            schema=SCHEMA,
-            offline=offline,
-        )
-
-    def load_records(self, task: str, ctx: SampleContext) -> tuple[list[dict[str, Any]], str]:
-        found = self.read_records(task, self.option_values(ctx), ctx.data_dir)
-        assert found is not None  # not offline: the hub, or a one-line error
-        return found
+        hub_id = dataset or config.dataset
+        return (lambda: _hub_records(hub_id, task, config.split)), f"{hub_id}/{task}"
 
     def samples(self, task: str, ctx: SampleContext) -> Iterator[Sample]:
         self.check_task(task)
@@ -308,7 +287,6 @@ class LongBench(Benchmark):
         backend = options["code_sim"]
         tokenizer = ctx.lm.tokenizer
         for index, record in enumerate(records):
-            _check_record(record, f"{source} record {index}")
             raw = build_prompt(spec, record)
             prompt, tokens, truncated = middle_truncate(raw, tokenizer, ctx.length)
             text = ctx.lm.format_prompt(prompt, use_chat_template=use_chat)

@@ -32,22 +32,18 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..backends.base import Generation, GenerationRequest, Rounds
 from ..errors import LampeEvalError
 from ..options import Option
-from .base import BENCHMARKS, Benchmark, Metric, Sample, SampleContext
-from .datafiles import (
-    FIXTURE_OPTION,
-    Field,
-    Schema,
-    check_records,
-    load_task_records,
-    require_directories,
-    require_fixture,
-)
+from .base import BENCHMARKS, Metric, Sample, SampleContext
+from .datafiles import FIXTURE_OPTION, Field, Schema, require_directories
+from .table_driven import HubLoader, TableDrivenBenchmark
 from .tables import load_table, mapping
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 FIELDS = ("_id", "difficulty", "length", "question", "choice_A", "choice_B", "choice_C", "choice_D", "answer")
 DIFFICULTIES = ("easy", "hard")
@@ -99,7 +95,7 @@ def fill(template: str, record: Mapping[str, Any], context: str = "") -> str:
     return text
 
 
-def middle_truncate(prompt: str, tokenizer: Any, max_len: int) -> tuple[str, int, bool]:
+def middle_truncate(prompt: str, tokenizer: PreTrainedTokenizerBase, max_len: int) -> tuple[str, int, bool]:
     """``pred.py``'s ``query_llm`` cut: (prompt, its token count with special tokens, whether it was cut).
 
     Unlike LongBench v1 (two decodes of ``int(max_len/2)`` tokens each), v2 keeps
@@ -155,10 +151,6 @@ SCHEMA = Schema(
 )
 
 
-def _check_record(record: Mapping[str, Any], where: str) -> None:
-    check_records([record], SCHEMA, where)
-
-
 def _hub_records(dataset: str, split: str) -> list[dict[str, Any]]:
     from datasets import load_dataset
 
@@ -169,7 +161,7 @@ def _hub_records(dataset: str, split: str) -> list[dict[str, Any]]:
 
 
 @BENCHMARKS.register("longbench_v2")
-class LongBenchV2(Benchmark):
+class LongBenchV2(TableDrivenBenchmark):
     name = "longbench_v2"
     summary = (
         "LongBench v2: 503 multiple-choice questions (8K-2M words), official prompts (with or without "
@@ -188,6 +180,7 @@ class LongBenchV2(Benchmark):
         Option("chat_template", bool, True, "the model's chat template (the official code always uses it)"),
         Option("compensated", bool, False, "result.py's switch: an unparsable answer counts 0.25"),
     )
+    schema = SCHEMA
     input_length_key = "record_tokens"
 
     def tasks(self) -> list[str]:
@@ -198,32 +191,15 @@ class LongBenchV2(Benchmark):
         if values["cot"] and values["no_context"]:
             raise LampeEvalError("longbench_v2: choose one of --opt cot=true and --opt no_context=true")
         require_directories("longbench_v2", values, ["longbench_v2_dir"])
-        if values["fixture"]:
-            require_fixture("longbench_v2", self.check_task(task))
-        self.read_records(self.check_task(task), values, data_dir, offline=True)  # a local file now
+        super().check_job(self.check_task(task), length, options, data_dir)
 
-    def read_records(
-        self, task: str, options: Mapping[str, Any], data_dir: str | None, offline: bool = False
-    ) -> tuple[list[dict[str, Any]], str] | None:
+    def file_names(self, task: str) -> list[str]:
+        return ["data.json", f"{task}.jsonl"]
+
+    def hub_source(self, task: str, dataset: str | None) -> tuple[HubLoader, str]:
         config = load_config()
-        hub_id = options["longbench_v2_dataset"] or config.dataset
-        return load_task_records(
-            "longbench_v2",
-            task,
-            fixture=options["fixture"],
-            directory=options["longbench_v2_dir"],
-            data_dir=data_dir,
-            file_names=["data.json", f"{task}.jsonl"],
-            hub=lambda: _hub_records(hub_id, config.split),
-            hub_label=f"{hub_id}:{config.split}",
-            schema=SCHEMA,
-            offline=offline,
-        )
-
-    def load_records(self, task: str, ctx: SampleContext) -> tuple[list[dict[str, Any]], str]:
-        found = self.read_records(task, self.option_values(ctx), ctx.data_dir)
-        assert found is not None  # not offline: the hub, or a one-line error
-        return found
+        hub_id = dataset or config.dataset
+        return (lambda: _hub_records(hub_id, config.split)), f"{hub_id}:{config.split}"
 
     def samples(self, task: str, ctx: SampleContext) -> Iterator[Sample]:
         self.check_task(task)
@@ -234,8 +210,7 @@ class LongBenchV2(Benchmark):
         records, source = self.load_records(task, ctx)
         if ctx.limit is not None:
             records = records[: ctx.limit]
-        for index, record in enumerate(records):
-            _check_record(record, f"{source} record {index}")
+        for record in records:
             context = "" if mode == "no_context" else str(record["context"])
             raw = fill(config.templates[mode], record, context)
             prompt, tokens, truncated = middle_truncate(raw, ctx.lm.tokenizer, ctx.length)

@@ -26,7 +26,11 @@ import string
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rouge_score.rouge_scorer import RougeScorer
 
 __all__ = [
     "CHINESE_PUNCTUATION",
@@ -75,7 +79,7 @@ def normalize_zh_answer(text: str) -> str:
 
 
 @lru_cache(maxsize=1)
-def _jieba() -> Any:
+def _jieba() -> ModuleType:
     import jieba
 
     jieba.setLogLevel(logging.WARNING)  # no "Building prefix dict" chatter on every process start
@@ -106,12 +110,12 @@ def token_f1(prediction_tokens: Sequence[str], gold_tokens: Sequence[str]) -> fl
     return (2 * precision * recall) / (precision + recall)
 
 
-def qa_f1_score(prediction: str, ground_truth: str, **_: Any) -> float:
+def qa_f1_score(prediction: str, ground_truth: str, **_: object) -> float:
     """Token F1 over the words of :func:`normalize_answer` (LongBench, InfiniteBench En.QA)."""
     return token_f1(normalize_answer(prediction).split(), normalize_answer(ground_truth).split())
 
 
-def qa_f1_zh_score(prediction: str, ground_truth: str, **_: Any) -> float:
+def qa_f1_zh_score(prediction: str, ground_truth: str, **_: object) -> float:
     """LongBench's Chinese F1: jieba words of the raw strings, each normalised, empty ones dropped."""
 
     def tokens(text: str) -> list[str]:
@@ -120,7 +124,7 @@ def qa_f1_zh_score(prediction: str, ground_truth: str, **_: Any) -> float:
     return token_f1(tokens(prediction), tokens(ground_truth))
 
 
-def qa_f1_zh_char_score(prediction: str, ground_truth: str, **_: Any) -> float:
+def qa_f1_zh_char_score(prediction: str, ground_truth: str, **_: object) -> float:
     """InfiniteBench's Chinese F1: characters of :func:`normalize_zh_answer`."""
     return token_f1(list(normalize_zh_answer(prediction)), list(normalize_zh_answer(ground_truth)))
 
@@ -160,7 +164,7 @@ def _lcs_words(reference: list[str], hypothesis: list[str]) -> set[str]:
     return words
 
 
-def rouge_l_score(prediction: str, ground_truth: str, **_: Any) -> float:
+def rouge_l_score(prediction: str, ground_truth: str, **_: object) -> float:
     """LongBench's ``rouge_score``: ROUGE-L F of the PyPI package ``rouge`` (1.0.1, default settings).
 
     Case-sensitive, no punctuation removal; sentences are the pieces between "." and words are the
@@ -191,7 +195,7 @@ def rouge_l_score(prediction: str, ground_truth: str, **_: Any) -> float:
     return 2.0 * ((precision * recall) / (precision + recall + 1e-8))
 
 
-def rouge_l_zh_score(prediction: str, ground_truth: str, **_: Any) -> float:
+def rouge_l_zh_score(prediction: str, ground_truth: str, **_: object) -> float:
     """LongBench's Chinese ROUGE-L: jieba words joined by spaces, then :func:`rouge_l_score`."""
     return rouge_l_score(" ".join(jieba_cut(prediction)), " ".join(jieba_cut(ground_truth)))
 
@@ -200,7 +204,7 @@ def rouge_l_zh_score(prediction: str, ground_truth: str, **_: Any) -> float:
 
 
 @lru_cache(maxsize=8)
-def _google_scorer(rouge_type: str, use_stemmer: bool) -> Any:
+def _google_scorer(rouge_type: str, use_stemmer: bool) -> RougeScorer:
     from rouge_score import rouge_scorer
 
     return rouge_scorer.RougeScorer([rouge_type], use_stemmer=use_stemmer)
@@ -211,7 +215,7 @@ def google_rouge_score(
     ground_truth: str | Sequence[str],
     rouge_type: str = "rougeLsum",
     use_stemmer: bool = False,
-    **_: Any,
+    **_: object,
 ) -> float:
     """F-measure of Google's ``rouge-score`` (what HF ``evaluate.load("rouge")`` runs; InfiniteBench
     En.Sum uses ``rougeLsum``: summary-level LCS over newline-separated sentences, lowercased
@@ -226,7 +230,7 @@ def google_rouge_score(
 
 
 def classification_score(
-    prediction: str, ground_truth: str, all_classes: Sequence[str] = (), **_: Any
+    prediction: str, ground_truth: str, all_classes: Sequence[str] = (), **_: object
 ) -> float:
     """LongBench trec/lsht: 1/k when the gold class is among the k classes found in the prediction.
 
@@ -253,18 +257,18 @@ def _fraction_equal(prediction: str, target: str) -> float:
     return sum(1 for number in numbers if number == target) / len(numbers)
 
 
-def retrieval_score(prediction: str, ground_truth: str, **_: Any) -> float:
+def retrieval_score(prediction: str, ground_truth: str, **_: object) -> float:
     """LongBench passage_retrieval_en: the share of the prediction's numbers that equal the gold
     paragraph number (the first ``Paragraph N`` in the gold answer)."""
     return _fraction_equal(prediction, re.findall(r"Paragraph (\d+)", ground_truth)[0])
 
 
-def retrieval_zh_score(prediction: str, ground_truth: str, **_: Any) -> float:
+def retrieval_zh_score(prediction: str, ground_truth: str, **_: object) -> float:
     """LongBench passage_retrieval_zh: as :func:`retrieval_score` with ``段落N``."""
     return _fraction_equal(prediction, re.findall(r"段落(\d+)", ground_truth)[0])
 
 
-def count_score(prediction: str, ground_truth: str, **_: Any) -> float:
+def count_score(prediction: str, ground_truth: str, **_: object) -> float:
     """LongBench passage_count: the share of the prediction's numbers equal to the gold count."""
     return _fraction_equal(prediction, str(ground_truth))
 
@@ -286,7 +290,7 @@ def _fuzz_ratio(a: str, b: str, backend: str) -> int:
     return int(round(100 * ratio))
 
 
-def code_sim_score(prediction: str, ground_truth: str, backend: str = "difflib", **_: Any) -> float:
+def code_sim_score(prediction: str, ground_truth: str, backend: str = "difflib", **_: object) -> float:
     """LongBench lcc/repobench-p: ``fuzz.ratio(line, gold) / 100`` for the first line of the prediction
     (leading newlines dropped) that contains none of ``` ` ```, ``#``, ``//`` (empty if none; the line
     is not stripped).
@@ -307,7 +311,7 @@ def code_sim_score(prediction: str, ground_truth: str, backend: str = "difflib",
 
 
 def max_over_references(
-    metric: Callable[..., float], prediction: str, references: Iterable[str], **kwargs: Any
+    metric: Callable[..., float], prediction: str, references: Iterable[str], **kwargs: object
 ) -> float:
     """The best score over the gold answers, never below 0 (0 with no gold answer), as LongBench does."""
     best = 0.0

@@ -39,7 +39,7 @@ import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -47,8 +47,11 @@ from ..backends.base import NLLRequest, Rounds, TokenNLL
 from ..errors import LampeEvalError, MissingDataError
 from ..options import Option
 from .base import BENCHMARKS, Benchmark, Metric, Sample, SampleContext
+from .books import Document, directory_documents, hub_documents, offline_documents
 
-DEFAULT_DATASET = "emozilla/pg19-test"
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
 DEFAULT_CHUNK = 1024
 SATURATION = 100.0  # tables print ">10^2" above this (the paper's Appendix D); raw results keep the value
 PPL = Metric("ppl", "perplexity", higher_is_better=False, cap=SATURATION, cap_text=">10^2", log_scale=True)
@@ -72,67 +75,6 @@ TOKEN_WEIGHTED = {
 }
 
 
-@dataclass(frozen=True)
-class Document:
-    """One book: where it comes from and its text."""
-
-    doc_id: str
-    title: str
-    text: str
-    source: str
-
-
-# ----------------------------------------------------------------------------------------------- data
-def offline_documents() -> list[Document]:
-    from ..data import offline_books
-
-    return [
-        Document(doc_id=f"kjv-{i:02d}", title=book.title, text=book.text, source=book.source)
-        for i, book in enumerate(offline_books())
-    ]
-
-
-def directory_documents(path: str | Path) -> list[Document]:
-    root = Path(path)
-    files = sorted(root.glob("*.txt"))
-    if not files:
-        raise MissingDataError(f"pg19: no *.txt documents in {root}")
-    return [
-        Document(
-            doc_id=f.stem, title=f.stem, text=f.read_text(encoding="utf-8", errors="replace"), source=str(f)
-        )
-        for f in files
-    ]
-
-
-def hub_documents(
-    dataset: str = DEFAULT_DATASET,
-    split: str = "test",
-    field: str = "text",
-    title_field: str = "short_book_title",
-) -> list[Document]:
-    """The PG-19 test set (or any text dataset) through ``datasets``; needs hub access."""
-    try:
-        import datasets
-
-        data = datasets.load_dataset(dataset, split=split)
-    except Exception as err:  # noqa: BLE001 - no network, unknown id, missing script: one clear message
-        first = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise MissingDataError(
-            f"pg19: cannot load {dataset!r} split {split!r} ({first}); without hub access drop "
-            "--opt pg19_dataset to use the offline corpus"
-        ) from err
-    if field not in data.column_names:
-        raise MissingDataError(f"pg19: {dataset!r} has no field {field!r} (fields: {data.column_names})")
-    docs = []
-    for i, row in enumerate(data):
-        title = str(row.get(title_field) or f"{dataset}#{i}")
-        docs.append(
-            Document(doc_id=f"{i:05d}", title=title, text=str(row[field]), source=f"{dataset}:{split}")
-        )
-    return docs
-
-
 def resolve_documents(options: dict[str, Any], data_dir: str | None) -> tuple[str, list[Document]]:
     """(source label, documents) for a job's typed options, following the order in the module docstring."""
     directory = options.get("pg19_dir")
@@ -148,7 +90,7 @@ def resolve_documents(options: dict[str, Any], data_dir: str | None) -> tuple[st
 
 
 # ------------------------------------------------------------------------------------------ passages
-def special_prefix(tokenizer: Any) -> list[int]:
+def special_prefix(tokenizer: PreTrainedTokenizerBase) -> list[int]:
     """Tokens the tokenizer puts in front of any text (a BOS), [] when it adds none."""
     plain = list(tokenizer("a", add_special_tokens=False)["input_ids"])
     full = list(tokenizer("a")["input_ids"])
@@ -209,7 +151,7 @@ def select_passages(
 class TokenizedCorpus:
     """Documents tokenized lazily, once per (corpus, tokenizer)."""
 
-    def __init__(self, docs: list[Document], tokenizer: Any) -> None:
+    def __init__(self, docs: list[Document], tokenizer: PreTrainedTokenizerBase) -> None:
         self.docs = docs
         self.tokenizer = tokenizer
         self._ids: dict[int, list[int]] = {}
@@ -236,7 +178,9 @@ class TokenizedCorpus:
 _CORPORA: dict[tuple[str, int], TokenizedCorpus] = {}
 
 
-def tokenized_corpus(source: str, docs: list[Document], tokenizer: Any) -> TokenizedCorpus:
+def tokenized_corpus(
+    source: str, docs: list[Document], tokenizer: PreTrainedTokenizerBase
+) -> TokenizedCorpus:
     key = (source, id(tokenizer))
     cached = _CORPORA.get(key)
     if cached is None or cached.tokenizer is not tokenizer or cached.docs != docs:

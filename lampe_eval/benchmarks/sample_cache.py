@@ -13,13 +13,16 @@ import hashlib
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 Line = dict[str, Any]
 _FINGERPRINTS: dict[int, tuple[Any, str]] = {}
 
 
-def tokenizer_fingerprint(tokenizer: Any) -> str:
+def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> str:
     """A short content hash of a tokenizer (vocabulary, merges, normaliser, chat template, BOS); ""
     without a tokenizer."""
     if tokenizer is None:

@@ -36,12 +36,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ...errors import LampeEvalError, MissingDataError
+from ..books import directory_documents, hub_documents
 from ..datafiles import hub_reachable
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
 
@@ -82,14 +86,10 @@ def _offline_books() -> list[tuple[str, str]]:
 
 @lru_cache(maxsize=2)
 def _hub_books(dataset: str) -> list[tuple[str, str]]:
-    from ..pg19 import hub_documents
-
     return [(doc.title, doc.text) for doc in hub_documents(dataset, "test")]
 
 
 def _dir_books(directory: str) -> list[tuple[str, str]]:
-    from ..pg19 import directory_documents
-
     return [(doc.title, doc.text) for doc in directory_documents(directory)]
 
 
@@ -135,7 +135,7 @@ def sentence_splitter() -> Callable[[str], list[str]]:
     return PunktSentenceTokenizer().tokenize
 
 
-def tokenize_pieces(tokenizer: Any, pieces: list[str]) -> list[list[int]]:
+def tokenize_pieces(tokenizer: PreTrainedTokenizerBase, pieces: list[str]) -> list[list[int]]:
     """Each piece's tokens, no special tokens (one batched call)."""
     if not pieces:
         return []
@@ -143,7 +143,7 @@ def tokenize_pieces(tokenizer: Any, pieces: list[str]) -> list[list[int]]:
 
 
 def sample_background(
-    books: list[tuple[str, str]], size: int, tokenizer: Any, rng: np.random.Generator
+    books: list[tuple[str, str]], size: int, tokenizer: PreTrainedTokenizerBase, rng: np.random.Generator
 ) -> tuple[list[list[int]], list[str]]:
     """``SentenceSampler.get_sample(size)`` in shuffle mode: tokenized sentences adding up to exactly
     ``size`` tokens, and the titles of the books they came from."""
@@ -194,7 +194,7 @@ def seed_of(*parts: object) -> int:
 
 
 def build_haystack(
-    facts: list[str], size: int, books: list[tuple[str, str]], tokenizer: Any, seed: int
+    facts: list[str], size: int, books: list[tuple[str, str]], tokenizer: PreTrainedTokenizerBase, seed: int
 ) -> tuple[str, dict[str, Any]]:
     """The context of one sample with ``size`` haystack tokens (facts + background), and its provenance."""
     rng = np.random.default_rng(seed)

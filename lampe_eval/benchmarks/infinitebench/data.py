@@ -12,12 +12,15 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ... import resources
 from ...errors import LampeEvalError, MissingDataError
 from ...resources import Resource
-from ..datafiles import Field, Schema, check_records, read_jsonl_lines
+from ..datafiles import Field, Schema, check_records, hub_reachable, read_jsonl_lines
+
+if TYPE_CHECKING:
+    import datasets
 
 OPTION_LETTERS = "ABCD"
 
@@ -31,7 +34,7 @@ class Record:
     options: list[str] = field(default_factory=list)
 
 
-def _as_strings(value: Any) -> list[str]:
+def _as_strings(value: object) -> list[str]:
     if value is None:
         return []
     if isinstance(value, (list, tuple)):
@@ -108,7 +111,7 @@ def fixture_file(task: str) -> tuple[str, Resource | None]:
     return relative, resources.find(relative)
 
 
-def hub_features() -> Any:
+def hub_features() -> datasets.Features:
     import datasets
 
     return datasets.Features(
@@ -124,8 +127,6 @@ def hub_features() -> Any:
 
 def hub_records(dataset: str, task: str) -> list[Record]:
     """One task (a split of the Hub dataset) through ``datasets``; needs hub access."""
-    from ..ruler.haystack import hub_reachable
-
     offline_hint = (
         f"offline, pass --data-dir DIR holding the official {task}.jsonl, "
         "or --opt fixture=true (tiny test fixture)"

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from ..metrics import google_rouge_score, max_over_references, qa_f1_score, qa_f1_zh_char_score
 
@@ -243,7 +242,7 @@ SCORERS: dict[str, Callable[[str, Sequence[str]], float]] = {
 }
 
 
-def score_one(task: str, prediction: Any, label: Sequence[str], gpt4: bool = False) -> float:
+def score_one(task: str, prediction: object, label: Sequence[str], gpt4: bool = False) -> float:
     """The official score of one prediction in [0, 1] (a missing/non-text prediction is scored as text).
     ``gpt4``: the official scorer's ``model_name == "gpt4"`` rule (it only changes Math.Calc)."""
     text = prediction if isinstance(prediction, str) else ("" if prediction is None else str(prediction))

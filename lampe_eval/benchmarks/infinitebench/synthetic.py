@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import random
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -142,6 +142,25 @@ class Fit:
     evaluations: int
 
 
+def _unbounded_step(
+    n: int, tokens: int, base: int, budget: int, rate: float, ok: int, tried: Mapping[int, int]
+) -> tuple[int, float]:
+    """No size known too big yet: the secant through n = 0 and the last point, or double; (next n, rate)."""
+    if n > 0:
+        rate = max(1e-6, (tokens - base) / n)
+    guess = int((budget - base) / rate)
+    return (guess if guess > ok and guess not in tried else max(ok + 1, 2 * n)), rate
+
+
+def _bracketed_step(ok: int, too_big: int, budget: int, cache: Mapping[int, int], slow: bool) -> int:
+    """The next n inside the bracket: the middle after slow progress, else interpolated between the
+    bounds (near-linear counts: lands on the answer or next to it)."""
+    if slow:
+        return (ok + too_big) // 2
+    slope = max(1e-6, (cache[too_big] - cache[ok]) / (too_big - ok))
+    return min(max(ok + int((budget - cache[ok]) / slope), ok + 1), too_big - 1)
+
+
 def fit_size(
     tokens_at: Callable[[int], int],
     budget: int,
@@ -177,20 +196,13 @@ def fit_size(
             ok = max(ok, n)
         else:
             too_big = n if too_big is None else min(too_big, n)
-        if too_big is None:  # no upper bound yet: secant through n = 0 and the last point, or double
-            if n > 0:
-                rate = max(1e-6, (tokens - base) / n)
-            guess = int((budget - base) / rate)
-            n = guess if guess > ok and guess not in cache else max(ok + 1, 2 * n)
+        if too_big is None:
+            n, rate = _unbounded_step(n, tokens, base, budget, rate, ok, cache)
             continue
         width = too_big - ok
         if width <= 1:
             break
-        if previous_width is not None and width > previous_width // 2:  # slow progress: bisect
-            guess = (ok + too_big) // 2
-        else:  # interpolate between the bounds (near-linear counts: lands on the answer or next to it)
-            slope = max(1e-6, (cache[too_big] - cache[ok]) / width)
-            guess = min(max(ok + int((budget - cache[ok]) / slope), ok + 1), too_big - 1)
+        slow = previous_width is not None and width > previous_width // 2
+        n = _bracketed_step(ok, too_big, budget, cache, slow)
         previous_width = width
-        n = guess
     return Fit(size=ok, tokens=at(ok), evaluations=len(cache))

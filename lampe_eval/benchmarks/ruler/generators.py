@@ -22,7 +22,7 @@ import re
 import string
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from ...errors import LampeEvalError
 from .config import TaskConfig
@@ -90,7 +90,10 @@ class GenEnv:
     qa: QAData | None = None
 
 
-class Generator:
+State = TypeVar("State")  # what a generator draws once per sample and builds every size from
+
+
+class Generator(Generic[State]):
     unit = "units"
 
     def __init__(self, task: TaskConfig, env: GenEnv) -> None:
@@ -104,13 +107,13 @@ class Generator:
         return random.Random(f"ruler/{tag}")
 
     # -- sizes
-    def min_size(self, state: Any) -> int:
+    def min_size(self, state: State) -> int:
         return 1
 
     def probe_size(self) -> int:
         return 16
 
-    def max_size(self, state: Any) -> int | None:
+    def max_size(self, state: State) -> int | None:
         return None
 
     def tolerance(self) -> int | None:
@@ -120,10 +123,10 @@ class Generator:
         return "-"
 
     # -- one sample
-    def prepare(self, index: int) -> Any:
+    def prepare(self, index: int) -> State:
         raise NotImplementedError
 
-    def build(self, state: Any, size: int) -> Built:
+    def build(self, state: State, size: int) -> Built:
         raise NotImplementedError
 
     def sample_budget(self) -> int:
@@ -146,7 +149,7 @@ class _NiahState:
     distractor_rng: random.Random | None = None
 
 
-class NiahGenerator(Generator):
+class NiahGenerator(Generator[_NiahState]):
     def __init__(self, task: TaskConfig, env: GenEnv) -> None:
         super().__init__(task, env)
         a = self.args
@@ -258,7 +261,7 @@ class _VTState:
     value: str
 
 
-class VariableTrackingGenerator(Generator):
+class VariableTrackingGenerator(Generator[_VTState]):
     unit = "sentences"
 
     def __init__(self, task: TaskConfig, env: GenEnv) -> None:
@@ -275,7 +278,7 @@ class VariableTrackingGenerator(Generator):
     def probe_size(self) -> int:
         return 10
 
-    def min_size(self, state: Any) -> int:
+    def min_size(self, state: _VTState) -> int:
         return self.num_hops + 1
 
     def _chains(self, rng: random.Random, name_length: int, hops: int, value: str | None) -> list[list[str]]:
@@ -363,7 +366,7 @@ class _CWEState:
     large_order: list[str] | None = None
 
 
-class CommonWordsGenerator(Generator):
+class CommonWordsGenerator(Generator[_CWEState]):
     unit = "distinct words"
 
     def __init__(self, task: TaskConfig, env: GenEnv) -> None:
@@ -383,7 +386,7 @@ class CommonWordsGenerator(Generator):
     def probe_size(self) -> int:
         return 64
 
-    def min_size(self, state: Any) -> int:
+    def min_size(self, state: _CWEState) -> int:
         return self.num_cw
 
     def _listing(
@@ -437,7 +440,7 @@ class _FWEState:
     vocab: list[str]
 
 
-class FrequentWordsGenerator(Generator):
+class FrequentWordsGenerator(Generator[_FWEState]):
     unit = "words"
 
     def __init__(self, task: TaskConfig, env: GenEnv) -> None:
@@ -460,7 +463,7 @@ class FrequentWordsGenerator(Generator):
     def probe_size(self) -> int:
         return max(64, self.sample_budget() // 6)
 
-    def min_size(self, state: Any) -> int:
+    def min_size(self, state: _FWEState) -> int:
         return 10
 
     def prepare(self, index: int) -> _FWEState:
@@ -500,7 +503,7 @@ class _QAState:
     extra_rng: random.Random | None = None
 
 
-class QAGenerator(Generator):
+class QAGenerator(Generator[_QAState]):
     unit = "documents"
 
     def __init__(self, task: TaskConfig, env: GenEnv) -> None:

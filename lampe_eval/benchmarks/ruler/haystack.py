@@ -20,9 +20,7 @@ import bisect
 import hashlib
 import json
 import logging
-import os
 import re
-import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -31,7 +29,7 @@ from typing import Any
 
 from ...errors import MissingDataError
 from ...models import cache_dir
-from ...options import TRUE
+from ..datafiles import hub_reachable
 
 log = logging.getLogger(__name__)
 
@@ -153,25 +151,6 @@ def insert_at_depths(sentences: list[str], needles: list[str], depths: list[int]
         if i - 1 < len(needles):
             parts.append(needles[i - 1])
     return " ".join(parts)
-
-
-def hub_reachable(timeout: float = 3.0) -> bool:
-    """False when the HF hub is switched off or cannot be reached (checked once per process)."""
-    return _hub_reachable(timeout)
-
-
-@lru_cache(maxsize=1)
-def _hub_reachable(timeout: float) -> bool:
-    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
-        if os.environ.get(var, "").strip().lower() in TRUE:
-            return False
-    if any(os.environ.get(var) for var in ("HTTPS_PROXY", "https_proxy", "HF_ENDPOINT")):
-        return True  # a proxy or mirror: let `datasets` try
-    try:
-        with socket.create_connection(("huggingface.co", 443), timeout=timeout):
-            return True
-    except OSError:
-        return False
 
 
 def _read_essay_file(path: Path) -> str:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import MissingDataError
-from .haystack import hub_reachable
+from ..datafiles import hub_reachable
 
 FILES = {
     "squad": ("squad.json", "dev-v2.0.json"),
