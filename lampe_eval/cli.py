@@ -743,7 +743,7 @@ def fit_command(
 
     Example: lampe-eval fit --model smollm2-135m --len 4k,8k,12k,16k --points 6 --passages 1
     """
-    from .fit import FitRequest, run_fit
+    from .tools.fit import FitRequest, run_fit
     from .runner.progress import RunProgress
 
     try:
@@ -831,7 +831,7 @@ def dpe_select_command(
 
     Example: lampe-eval dpe-select --model smollm2-135m --len 10k --groups 4 --samples 1
     """
-    from .dpe_select import SelectRequest, run_select
+    from .tools.dpe_select import SelectRequest, run_select
 
     try:
         request = SelectRequest(

@@ -11,7 +11,7 @@ import yaml
 from typer.testing import CliRunner
 
 from lampe_eval.cli import app
-from lampe_eval.fit import (
+from lampe_eval.tools.fit import (
     PATTERN_DECREASING,
     PATTERN_INCREASING,
     PATTERN_OTHER,
