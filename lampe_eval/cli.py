@@ -743,8 +743,8 @@ def fit_command(
 
     Example: lampe-eval fit --model smollm2-135m --len 4k,8k,12k,16k --points 6 --passages 1
     """
-    from .tools.fit import FitRequest, run_fit
     from .runner.progress import RunProgress
+    from .tools.fit import FitRequest, run_fit
 
     try:
         if passages < 1 or points < 2:

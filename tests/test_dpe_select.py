@@ -12,7 +12,11 @@ from typer.testing import CliRunner
 
 from lampe_eval.backends.hf import HFBackend
 from lampe_eval.cli import app
-from lampe_eval.dpe_select import (
+from lampe_eval.errors import LampeEvalError
+from lampe_eval.method_configs import params_from_config
+from lampe_eval.methods import resolve_method
+from lampe_eval.models import LoadedModel, tiny_llama
+from lampe_eval.tools.dpe_select import (
     DetectionGrid,
     DimensionSelection,
     Probe,
@@ -27,10 +31,6 @@ from lampe_eval.dpe_select import (
     score_table,
     top_dimensions,
 )
-from lampe_eval.errors import LampeEvalError
-from lampe_eval.method_configs import params_from_config
-from lampe_eval.methods import resolve_method
-from lampe_eval.models import LoadedModel, tiny_llama
 
 
 @pytest.fixture
@@ -142,7 +142,7 @@ def _report() -> SelectReport:
 
 
 def test_the_config_round_trips_into_a_valid_dpe_method(tmp_path):
-    from lampe_eval.dpe_select import write_config
+    from lampe_eval.tools.dpe_select import write_config
 
     report = _report()
     assert report.scale_factors == [1, 1, 1, 1]
@@ -219,6 +219,9 @@ def test_the_command_end_to_end_on_a_tiny_model(tmp_path, monkeypatch, one_threa
     probes = (next(out.glob("dpe-probes-tiny-*.jsonl"))).read_text().splitlines()
     assert len(probes) == 3  # (4, 4), (1, 4), (4, 1): one sample each
     # a rerun measures nothing again
-    monkeypatch.setattr("lampe_eval.dpe_select.run_probe", lambda *a, **k: pytest.fail("re-measured"))
+    monkeypatch.setattr(
+        "lampe_eval.benchmarks.ruler.benchmark.RulerBenchmark.evaluate",
+        lambda *a, **k: pytest.fail("re-measured"),
+    )
     again = CliRunner().invoke(app, [*args, "--no-dims"])
     assert again.exit_code == 0, again.output

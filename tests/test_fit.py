@@ -11,6 +11,9 @@ import yaml
 from typer.testing import CliRunner
 
 from lampe_eval.cli import app
+from lampe_eval.method_configs import params_from_config
+from lampe_eval.methods import create_method
+from lampe_eval.models import LoadedModel, tiny_llama
 from lampe_eval.tools.fit import (
     PATTERN_DECREASING,
     PATTERN_INCREASING,
@@ -23,9 +26,6 @@ from lampe_eval.tools.fit import (
     optimal_mapping,
     sigmoid,
 )
-from lampe_eval.method_configs import params_from_config
-from lampe_eval.methods import create_method
-from lampe_eval.models import LoadedModel, tiny_llama
 
 W = 8192
 LENGTHS = np.array([4096, 8192, 12288, 16384, 24576, 32768, 49152], dtype=float)
