@@ -218,6 +218,19 @@ def test_the_command_end_to_end_on_a_tiny_model(tmp_path, monkeypatch, one_threa
     assert dims["topk"] == 3 and len(dims["top_per_layer_head"][0][0]) == 3
     probes = (next(out.glob("dpe-probes-tiny-*.jsonl"))).read_text().splitlines()
     assert len(probes) == 3  # (4, 4), (1, 4), (4, 1): one sample each
+    # each probe is an ordinary job's record: dpe with the setting on ruler/niah_multivalue, its engine
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert sorted(r["resolved_params"]["scale_factors"] for r in records) == [[1, 4], [4, 1], [4, 4]]
+    for record in records:
+        assert (record["method"], record["benchmark"], record["task"], record["length"]) == (
+            "dpe",
+            "ruler",
+            "niah_multivalue",
+            512,
+        )
+        assert record["options"]["score"] == "answer_nll" and record["engine"]["backend"] == "hf"
+    by_setting = {tuple(r["resolved_params"]["scale_factors"]): r["scores"]["answer_nll"] for r in records}
+    assert {tuple(p["factors"]): p["nll"] for p in map(json.loads, probes)} == by_setting
     # a rerun measures nothing again
     monkeypatch.setattr(
         "lampe_eval.benchmarks.ruler.benchmark.RulerBenchmark.evaluate",
@@ -225,3 +238,19 @@ def test_the_command_end_to_end_on_a_tiny_model(tmp_path, monkeypatch, one_threa
     )
     again = CliRunner().invoke(app, [*args, "--no-dims"])
     assert again.exit_code == 0, again.output
+
+
+def test_what_the_tool_sets_or_the_backend_cannot_do_is_one_line_before_any_load(monkeypatch, tmp_path):
+    import lampe_eval.models
+    from lampe_eval.tools.dpe_select import SelectRequest, run_select
+
+    monkeypatch.setattr(lampe_eval.models, "load_model", lambda *a, **k: pytest.fail("loaded a model"))
+    monkeypatch.setattr(lampe_eval.models, "load_for_engine", lambda *a, **k: pytest.fail("loaded a model"))
+    out = tmp_path / "o"
+    with pytest.raises(LampeEvalError, match="sets the RULER option score itself"):
+        run_select(SelectRequest(options={"score": "answer_nll"}, out=out))
+    with pytest.raises(LampeEvalError, match="the vllm backend cannot hand over queries and keys"):
+        run_select(SelectRequest(backend="vllm", out=out))
+    with pytest.raises(LampeEvalError, match="--backend 'nope'"):
+        run_select(SelectRequest(backend="nope", dimensions=False, out=out))
+    assert not out.exists()

@@ -144,3 +144,14 @@ def test_fit_command_end_to_end_on_a_tiny_model(tmp_path, monkeypatch, one_threa
     again = CliRunner().invoke(app, staged)
     assert again.exit_code == 0, again.output
     assert len(sweep_file.read_text().splitlines()) == 12
+
+
+def test_a_bad_backend_is_one_line_before_any_load(monkeypatch, tmp_path):
+    import lampe_eval.models
+    from lampe_eval.errors import LampeEvalError
+    from lampe_eval.tools.fit import FitRequest, run_fit
+
+    monkeypatch.setattr(lampe_eval.models, "load_model", lambda *a, **k: pytest.fail("loaded a model"))
+    with pytest.raises(LampeEvalError, match="--backend 'nope': choose one of hf, vllm"):
+        run_fit(FitRequest("smollm2-135m", backend="nope", out=tmp_path / "o"))
+    assert not (tmp_path / "o").exists()
