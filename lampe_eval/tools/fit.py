@@ -22,7 +22,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -33,7 +33,19 @@ from ..runner.store import ResultStore
 from .common import job_records, load_backend, on_model, resolve_jobs, short_hash
 
 if TYPE_CHECKING:
+    from ..runner.events import Event
     from ..runner.local import RunResult
+
+
+class Tracker(Protocol):
+    """A progress display for the sweep (``RunProgress``): open while the run runs, fed its events."""
+
+    def __enter__(self) -> object: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+    def __call__(self, event: Event) -> None: ...
+
 
 PATTERN_V = "v-shaped"
 PATTERN_DECREASING = "monotonically decreasing"
@@ -306,7 +318,7 @@ class Sweep:
 def run_fit(
     request: FitRequest,
     *,
-    progress: Callable[[int], Any] | None = None,
+    progress: Callable[[int], Tracker] | None = None,
     echo: Callable[[str], None] = print,
 ) -> FitOutcome:
     """The sweep as ordinary runner jobs (resumable, provenance-stamped records in ``out``, on the
@@ -354,7 +366,7 @@ def run_fit(
     return FitOutcome(report, [], [sweep_file, *write_outputs(request, report, extra, out, echo)])
 
 
-def _run(experiment: Experiment, progress: Callable[[int], Any] | None) -> RunResult:
+def _run(experiment: Experiment, progress: Callable[[int], Tracker] | None) -> RunResult:
     """The runner on the experiment, with the caller's progress display (a context manager that takes
     the run's events) when given."""
     from contextlib import nullcontext
