@@ -16,6 +16,10 @@ Two steps, as the official README's "Apply DPE to New Models" describes them:
    here are shared by every layer, so this step is provenance: a side file in the output folder and a
    summary in the config, not a parameter.
 
+The detection's probes are ordinary runner jobs (``dpe`` with the setting's parameters on RULER's
+``niah_multivalue``; the answer's NLL is RULER's ``--opt score=answer_nll``): records with their engine in
+``OUT/records.jsonl``, resumed like ``run``, on any backend; the choice reads them back from the store.
+
 Differences from the official procedure are listed in docs/methods.md 7.3 (the probe's score: the
 answer's NLL by default, a CPU-sized probe; detection with every frequency scaled).
 """
