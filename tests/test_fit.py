@@ -155,3 +155,38 @@ def test_a_bad_backend_is_one_line_before_any_load(monkeypatch, tmp_path):
     with pytest.raises(LampeEvalError, match="--backend 'nope': choose one of hf, vllm"):
         run_fit(FitRequest("smollm2-135m", backend="nope", out=tmp_path / "o"))
     assert not (tmp_path / "o").exists()
+
+
+def test_the_sweep_runs_on_the_requested_backend(tmp_path, monkeypatch, one_thread):
+    """``backend=vllm``: the model is loaded for the engine and the runner's worker builds that backend
+    (here an HF backend named vllm: the wiring, not the engine); the records carry its name."""
+    import lampe_eval.backends.vllm
+    import lampe_eval.models
+    import lampe_eval.runner.worker
+    from lampe_eval.backends.hf import HFBackend
+    from lampe_eval.tools.fit import FitRequest, run_fit
+
+    class Named(HFBackend):
+        name = "vllm"
+
+    books = tmp_path / "books"
+    books.mkdir()
+    (books / "a.txt").write_text(" ".join(["the king went down to the sea"] * 60))
+    lm = LoadedModel("tiny", tiny_llama(window=256, seed=3), CharTokenizer(), 256, False)
+    made = []
+    monkeypatch.setattr(lampe_eval.backends.vllm, "check_vllm_settings", lambda settings: None)
+    monkeypatch.setattr(lampe_eval.models, "load_model", lambda *a, **k: pytest.fail("loaded for hf"))
+    monkeypatch.setattr(lampe_eval.models, "load_for_engine", lambda name: lm)
+    monkeypatch.setattr(lampe_eval.models, "resolve_source", lambda name: (name, None))
+
+    def create(name, lm, batch_size=1, **settings):
+        made.append(name)
+        return Named(lm, batch_size)
+
+    monkeypatch.setattr(lampe_eval.runner.worker, "create_backend", create)
+    request = FitRequest("tiny", lengths=[256, 320], grid=[64], options={"pg19_dir": str(books)}, write=False)
+    request.backend, request.out = "vllm", tmp_path / "out"
+    outcome = run_fit(request, echo=lambda line: None)
+    assert made == ["vllm", "vllm"] and outcome.report is not None  # the tool's load, the runner's worker
+    records = [json.loads(line) for line in (tmp_path / "out" / "records.jsonl").read_text().splitlines()]
+    assert len(records) == 2 and {r["engine"]["backend"] for r in records} == {"vllm"}
