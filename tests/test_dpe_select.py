@@ -12,7 +12,11 @@ from typer.testing import CliRunner
 
 from lampe_eval.backends.hf import HFBackend
 from lampe_eval.cli import app
-from lampe_eval.dpe_select import (
+from lampe_eval.errors import LampeEvalError
+from lampe_eval.method_configs import params_from_config
+from lampe_eval.methods import resolve_method
+from lampe_eval.models import LoadedModel, tiny_llama
+from lampe_eval.tools.dpe_select import (
     DetectionGrid,
     DimensionSelection,
     Probe,
@@ -27,10 +31,6 @@ from lampe_eval.dpe_select import (
     score_table,
     top_dimensions,
 )
-from lampe_eval.errors import LampeEvalError
-from lampe_eval.method_configs import params_from_config
-from lampe_eval.methods import resolve_method
-from lampe_eval.models import LoadedModel, tiny_llama
 
 
 @pytest.fixture
@@ -142,7 +142,7 @@ def _report() -> SelectReport:
 
 
 def test_the_config_round_trips_into_a_valid_dpe_method(tmp_path):
-    from lampe_eval.dpe_select import write_config
+    from lampe_eval.tools.dpe_select import write_config
 
     report = _report()
     assert report.scale_factors == [1, 1, 1, 1]
@@ -218,7 +218,39 @@ def test_the_command_end_to_end_on_a_tiny_model(tmp_path, monkeypatch, one_threa
     assert dims["topk"] == 3 and len(dims["top_per_layer_head"][0][0]) == 3
     probes = (next(out.glob("dpe-probes-tiny-*.jsonl"))).read_text().splitlines()
     assert len(probes) == 3  # (4, 4), (1, 4), (4, 1): one sample each
+    # each probe is an ordinary job's record: dpe with the setting on ruler/niah_multivalue, its engine
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert sorted(r["resolved_params"]["scale_factors"] for r in records) == [[1, 4], [4, 1], [4, 4]]
+    for record in records:
+        assert (record["method"], record["benchmark"], record["task"], record["length"]) == (
+            "dpe",
+            "ruler",
+            "niah_multivalue",
+            512,
+        )
+        assert record["options"]["score"] == "answer_nll" and record["engine"]["backend"] == "hf"
+    by_setting = {tuple(r["resolved_params"]["scale_factors"]): r["scores"]["answer_nll"] for r in records}
+    assert {tuple(p["factors"]): p["nll"] for p in map(json.loads, probes)} == by_setting
     # a rerun measures nothing again
-    monkeypatch.setattr("lampe_eval.dpe_select.run_probe", lambda *a, **k: pytest.fail("re-measured"))
+    monkeypatch.setattr(
+        "lampe_eval.benchmarks.ruler.benchmark.RulerBenchmark.evaluate",
+        lambda *a, **k: pytest.fail("re-measured"),
+    )
     again = CliRunner().invoke(app, [*args, "--no-dims"])
     assert again.exit_code == 0, again.output
+
+
+def test_what_the_tool_sets_or_the_backend_cannot_do_is_one_line_before_any_load(monkeypatch, tmp_path):
+    import lampe_eval.models
+    from lampe_eval.tools.dpe_select import SelectRequest, run_select
+
+    monkeypatch.setattr(lampe_eval.models, "load_model", lambda *a, **k: pytest.fail("loaded a model"))
+    monkeypatch.setattr(lampe_eval.models, "load_for_engine", lambda *a, **k: pytest.fail("loaded a model"))
+    out = tmp_path / "o"
+    with pytest.raises(LampeEvalError, match="sets the RULER option score itself"):
+        run_select(SelectRequest(options={"score": "answer_nll"}, out=out))
+    with pytest.raises(LampeEvalError, match="the vllm backend cannot hand over queries and keys"):
+        run_select(SelectRequest(backend="vllm", out=out))
+    with pytest.raises(LampeEvalError, match="--backend 'nope'"):
+        run_select(SelectRequest(backend="nope", dimensions=False, out=out))
+    assert not out.exists()

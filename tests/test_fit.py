@@ -11,7 +11,10 @@ import yaml
 from typer.testing import CliRunner
 
 from lampe_eval.cli import app
-from lampe_eval.fit import (
+from lampe_eval.method_configs import params_from_config
+from lampe_eval.methods import create_method
+from lampe_eval.models import LoadedModel, tiny_llama
+from lampe_eval.tools.fit import (
     PATTERN_DECREASING,
     PATTERN_INCREASING,
     PATTERN_OTHER,
@@ -23,9 +26,6 @@ from lampe_eval.fit import (
     optimal_mapping,
     sigmoid,
 )
-from lampe_eval.method_configs import params_from_config
-from lampe_eval.methods import create_method
-from lampe_eval.models import LoadedModel, tiny_llama
 
 W = 8192
 LENGTHS = np.array([4096, 8192, 12288, 16384, 24576, 32768, 49152], dtype=float)
@@ -144,3 +144,49 @@ def test_fit_command_end_to_end_on_a_tiny_model(tmp_path, monkeypatch, one_threa
     again = CliRunner().invoke(app, staged)
     assert again.exit_code == 0, again.output
     assert len(sweep_file.read_text().splitlines()) == 12
+
+
+def test_a_bad_backend_is_one_line_before_any_load(monkeypatch, tmp_path):
+    import lampe_eval.models
+    from lampe_eval.errors import LampeEvalError
+    from lampe_eval.tools.fit import FitRequest, run_fit
+
+    monkeypatch.setattr(lampe_eval.models, "load_model", lambda *a, **k: pytest.fail("loaded a model"))
+    with pytest.raises(LampeEvalError, match="--backend 'nope': choose one of hf, vllm"):
+        run_fit(FitRequest("smollm2-135m", backend="nope", out=tmp_path / "o"))
+    assert not (tmp_path / "o").exists()
+
+
+def test_the_sweep_runs_on_the_requested_backend(tmp_path, monkeypatch, one_thread):
+    """``backend=vllm``: the model is loaded for the engine and the runner's worker builds that backend
+    (here an HF backend named vllm: the wiring, not the engine); the records carry its name."""
+    import lampe_eval.backends.vllm
+    import lampe_eval.models
+    import lampe_eval.runner.worker
+    from lampe_eval.backends.hf import HFBackend
+    from lampe_eval.tools.fit import FitRequest, run_fit
+
+    class Named(HFBackend):
+        name = "vllm"
+
+    books = tmp_path / "books"
+    books.mkdir()
+    (books / "a.txt").write_text(" ".join(["the king went down to the sea"] * 60))
+    lm = LoadedModel("tiny", tiny_llama(window=256, seed=3), CharTokenizer(), 256, False)
+    made = []
+    monkeypatch.setattr(lampe_eval.backends.vllm, "check_vllm_settings", lambda settings: None)
+    monkeypatch.setattr(lampe_eval.models, "load_model", lambda *a, **k: pytest.fail("loaded for hf"))
+    monkeypatch.setattr(lampe_eval.models, "load_for_engine", lambda name: lm)
+    monkeypatch.setattr(lampe_eval.models, "resolve_source", lambda name: (name, None))
+
+    def create(name, lm, batch_size=1, **settings):
+        made.append(name)
+        return Named(lm, batch_size)
+
+    monkeypatch.setattr(lampe_eval.runner.worker, "create_backend", create)
+    request = FitRequest("tiny", lengths=[256, 320], grid=[64], options={"pg19_dir": str(books)}, write=False)
+    request.backend, request.out = "vllm", tmp_path / "out"
+    outcome = run_fit(request, echo=lambda line: None)
+    assert made == ["vllm", "vllm"] and outcome.report is not None  # the tool's load, the runner's worker
+    records = [json.loads(line) for line in (tmp_path / "out" / "records.jsonl").read_text().splitlines()]
+    assert len(records) == 2 and {r["engine"]["backend"] for r in records} == {"vllm"}

@@ -25,7 +25,7 @@ from lampe_eval.benchmarks.ruler.scoring import (
     string_match_all,
     string_match_part,
 )
-from lampe_eval.errors import MissingDataError
+from lampe_eval.errors import LampeEvalError, MissingDataError
 from lampe_eval.models import LoadedModel
 
 FIXTURES = str(Path(__file__).parent / "fixtures" / "ruler")
@@ -284,6 +284,39 @@ def test_benchmark_score_and_aggregate() -> None:
     assert bench.score(qa, {"prediction": "paris"}) == {"string_match_part": 100.0}
     scores = [{"string_match_all": 100.0}, {"string_match_all": 200 / 3}, {"string_match_all": 0.0}]
     assert bench.aggregate("niah_multivalue", scores) == {"string_match_all": 55.56}
+
+
+def test_the_answer_nll_score_is_one_pass_over_prompt_and_answer(lm: LoadedModel) -> None:
+    """``--opt score=answer_nll``: one NLL request over the prompt's tokens and the gold answer's, the tail
+    from the answer on; the score is its NLL per token (lower is better), the default option stays out of
+    a job's identity."""
+    from lampe_eval.backends.base import NLLRequest, TokenNLL
+    from lampe_eval.benchmarks.base import Sample
+    from lampe_eval.benchmarks.ruler.benchmark import ANSWER_NLL, RulerBenchmark
+    from lampe_eval.benchmarks.ruler.scoring import answer_text
+    from lampe_eval.prompts import prompt_ids
+
+    bench = get_benchmark("ruler")
+    sample = Sample("0", "niah_multivalue", "the values are", ["111", "222"], 128)
+    ctx = SampleContext(lm=lm, length=1024, options=bench.typed_options({"score": "answer_nll"}))
+    rounds = bench.evaluate(sample, ctx)
+    (request,) = next(rounds)
+    ids = prompt_ids(lm.tokenizer, sample.prompt)
+    answer = lm.tokenizer(answer_text(sample.references), add_special_tokens=False)["input_ids"]
+    assert answer_text(sample.references) == " 111, 222."
+    assert request == NLLRequest(tuple(ids + list(answer)), tail_from=len(ids))
+    with pytest.raises(StopIteration) as done:
+        rounds.send([TokenNLL(9.0, 20, 3.0, len(answer), 1.0)])
+    output = done.value.value
+    assert output == {"nll_sum": 3.0, "tokens": len(answer), "prompt_tokens": len(ids)}
+    assert bench.score(sample, output) == {ANSWER_NLL: 3.0 / len(answer)}
+    assert bench.aggregate("niah_multivalue", [{ANSWER_NLL: 0.123}, {ANSWER_NLL: 0.2}]) == {
+        ANSWER_NLL: pytest.approx(0.1615)
+    }
+    assert RulerBenchmark.metric(ANSWER_NLL).higher_is_better is False
+    assert RulerBenchmark.identity_options(bench.typed_options({})) == {}
+    with pytest.raises(LampeEvalError, match="choose one of string_match, answer_nll"):
+        bench.typed_options({"score": "nll"})
 
 
 def test_averages_match_the_ruler_readme() -> None:

@@ -1,5 +1,5 @@
 """``lampe-eval dpe-select``: DPE's own search for its scale factors and key dimensions
-(runs :mod:`lampe_eval.dpe_select`)."""
+(runs :mod:`lampe_eval.tools.dpe_select`)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from ..lengths import parse_lengths
 from ..options import split_list
 from .common import command_line, console, fail, parse_key_values
 from .params import (
+    BackendName,
     Device,
     Dtype,
     ModelName,
@@ -62,13 +63,14 @@ def dpe_select_command(
     write: Annotated[bool, write_option("Write the config.")] = True,
     device: Device = None,
     dtype: Dtype = None,
+    backend: BackendName = "hf",
 ) -> None:
     """DPE's own search (LuLuLuyi/DPE): a scale factor per dimension group from NIAH detection, and the
     key dimensions from the q/k 2-norms (docs/methods.md 7.3).
 
     Example: lampe-eval dpe-select --model smollm2-135m --len 10k --groups 4 --samples 1
     """
-    from ..dpe_select import SelectRequest, run_select
+    from ..tools.dpe_select import SelectRequest, run_select
 
     try:
         request = SelectRequest(
@@ -92,6 +94,7 @@ def dpe_select_command(
             write=write,
             device=device,
             dtype=dtype,
+            backend=backend,
             command=command_line("dpe-select"),
         )
         request.check(None)

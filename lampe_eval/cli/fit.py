@@ -1,4 +1,4 @@
-"""``lampe-eval fit``: LaMPE's mapping-length sweep and the sigmoid fit m(l) (runs :mod:`lampe_eval.fit`)."""
+"""``lampe-eval fit``: LaMPE's mapping-length sweep and the sigmoid fit m(l) (runs :mod:`lampe_eval.tools.fit`)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from ..errors import LampeEvalError
 from ..lengths import parse_lengths
 from .common import command_line, console, fail, parse_key_values, say_error, say_failures
 from .params import (
+    BackendName,
     Device,
     Dtype,
     ModelName,
@@ -57,6 +58,7 @@ def fit_command(
     write: Annotated[bool, write_option("Write the fitted config.")] = True,
     device: Device = None,
     dtype: Dtype = None,
+    backend: BackendName = "hf",
     progress: Progress = True,
 ) -> None:
     """LaMPE's mapping-length sweep (PPL vs m per input length l) and the sigmoid fit m(l) (paper Sec. 3.1).
@@ -66,8 +68,8 @@ def fit_command(
 
     Example: lampe-eval fit --model smollm2-135m --len 4k,8k,12k,16k --points 6 --passages 1
     """
-    from ..fit import FitRequest, run_fit
     from ..runner.progress import RunProgress
+    from ..tools.fit import FitRequest, run_fit
 
     tracker: RunProgress | None = None
 
@@ -93,6 +95,7 @@ def fit_command(
             write=write,
             device=device,
             dtype=dtype,
+            backend=backend,
             command=command_line("fit"),
         )
         outcome = run_fit(request, progress=start, echo=lambda line: console.print(line, highlight=False))

@@ -8,7 +8,9 @@ extended from ``--limit 5`` to 500 and stays byte-identical to a fresh run.
 
 Options (``--opt key=value``, declared in :attr:`RulerBenchmark.options`): ``chat_template=false``
 (RULER's ``base`` template: no chat wrapper), ``num_samples=N`` (default 500), ``essay=auto|offline|
-paul_graham``, ``essay_file=PATH``, ``essay_dataset=ID``, ``cache=false`` (generate in memory only).
+paul_graham``, ``essay_file=PATH``, ``essay_dataset=ID``, ``cache=false`` (generate in memory only),
+``score=answer_nll`` (the gold answer's NLL per token after the prompt instead of a generation scored by
+string match: :mod:`.scoring`).
 """
 
 from __future__ import annotations
@@ -21,10 +23,11 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from ...backends.base import NLLRequest, Rounds, TokenNLL
 from ...errors import LampeEvalError, MissingDataError
 from ...models import LoadedModel, cache_dir
 from ...options import Option
-from ...prompts import prompt_token_count
+from ...prompts import prompt_ids, prompt_token_count
 from ..base import BENCHMARKS, Benchmark, Metric, Sample, SampleContext
 from ..sample_cache import cached_lines, tokenizer_fingerprint
 from .config import TaskConfig, load_config
@@ -32,10 +35,12 @@ from .fitting import TooShortError, fit_to_budget
 from .generators import GENERATOR_CLASSES, GenEnv, Generator
 from .haystack import DEFAULT_ESSAY_DATASET, load_essay_haystack, sentence_splitter
 from .qa_data import load_qa
-from .scoring import METRIC_FNS, postprocess
+from .scoring import METRIC_FNS, answer_text, postprocess
 
 log = logging.getLogger(__name__)
 
+ANSWER_NLL = "answer_nll"  # the score of ``--opt score=answer_nll``: lower is better
+SCORES = ("string_match", ANSWER_NLL)
 GENERATOR_VERSION = 2  # bump when a change alters generated text or its meta (2: needle depths)
 
 
@@ -197,6 +202,7 @@ class RulerBenchmark(Benchmark):
     metrics = (
         Metric("string_match_all", "string match (all references)"),
         Metric("string_match_part", "string match (any reference)"),
+        Metric(ANSWER_NLL, "answer NLL (nats/token)", higher_is_better=False),
     )
     options = (
         Option("chat_template", bool, True, "the model's chat template (false: RULER's base template)"),
@@ -205,6 +211,13 @@ class RulerBenchmark(Benchmark):
         Option("essay_file", Path, None, "the Paul Graham essays as RULER's JSON file"),
         Option("essay_dataset", str, DEFAULT_ESSAY_DATASET, "datasets id of the essays (hub access)"),
         Option("cache", bool, True, "keep generated samples on disk (false: in memory only)", False),
+        Option(
+            "score",
+            str,
+            "string_match",
+            "string_match: a greedy answer, RULER's metric; answer_nll: the gold answer's NLL per token",
+            choices=SCORES,
+        ),
     )
     truncation = "never: the haystack is generated to fit --len minus the answer budget"
     depth_key = "needle_depths"  # the NIAH tasks' answer needles (generators.py)
@@ -231,13 +244,29 @@ class RulerBenchmark(Benchmark):
         for line in data.lines(count):
             yield _sample(task, line)
 
+    def evaluate(self, sample: Sample, ctx: SampleContext) -> Rounds:
+        """A greedy answer (RULER's); with ``score=answer_nll`` one forward pass over the prompt and the
+        gold answer (:func:`.scoring.answer_text`), whose tokens' NLL sums it returns."""
+        if self.option_values(ctx)["score"] != ANSWER_NLL:
+            return (yield from super().evaluate(sample, ctx))
+        tokenizer = ctx.lm.tokenizer
+        ids = prompt_ids(tokenizer, sample.prompt)
+        answer = list(tokenizer(answer_text(sample.references), add_special_tokens=False)["input_ids"])
+        (result,) = yield [NLLRequest(tuple(ids + answer), tail_from=len(ids))]
+        assert isinstance(result, TokenNLL)
+        return {"nll_sum": result.nll_sum_tail, "tokens": result.tokens_tail, "prompt_tokens": len(ids)}
+
     def score(self, sample: Sample, output: dict[str, Any]) -> dict[str, float]:
+        if "nll_sum" in output:  # score=answer_nll
+            return {ANSWER_NLL: output["nll_sum"] / max(1, output["tokens"])}
         metric = sample.meta.get("metric") or self.task_config(sample.task).metric
         prediction = postprocess(str(output.get("prediction", "")))
         return {metric: 100.0 * METRIC_FNS[metric](prediction, sample.references)}
 
     def aggregate(self, task: str, scores: Sequence[dict[str, float]]) -> dict[str, float]:
-        """RULER's task score: ``round(mean, 2)`` of the per-sample 0-100 scores."""
+        """RULER's task score: ``round(mean, 2)`` of the per-sample 0-100 scores (``answer_nll``: the mean,
+        unrounded: a difference of a hundredth of a nat matters there)."""
         if not scores:
             return {}
-        return {k: round(sum(s[k] for s in scores) / len(scores), 2) for k in scores[0]}
+        means = {k: sum(s[k] for s in scores) / len(scores) for k in scores[0]}
+        return {k: v if k == ANSWER_NLL else round(v, 2) for k, v in means.items()}

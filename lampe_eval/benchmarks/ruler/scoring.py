@@ -5,6 +5,10 @@
 - ``string_match_part``: 1 if any gold string occurs (case-insensitive) in the prediction;
 - task score = ``round(100 * mean over samples, 2)``; a length's score = the plain mean of the task scores;
   over lengths: ``Avg.`` and the weighted means ``wAvg. (inc)`` / ``wAvg. (dec)`` (weights 1..n / n..1).
+
+Not RULER's: ``answer_nll`` (``--opt score=answer_nll``), the NLL per token of the gold answer
+(:func:`answer_text`) after the prompt, one forward pass and no generation: a continuous score that
+separates settings where a small model finds no needle (DPE's search, ``lampe-eval dpe-select``).
 """
 
 from __future__ import annotations
@@ -31,6 +35,11 @@ def string_match_part(prediction: str, references: Sequence[str]) -> float:
     """Per-sample 1.0 when any reference occurs in the prediction (case-insensitive), else 0.0."""
     pred = prediction.lower()
     return max((1.0 if r.lower() in pred else 0.0 for r in references), default=0.0)
+
+
+def answer_text(references: Sequence[str]) -> str:
+    """The gold answer scored by ``answer_nll``, read after the prompt's answer prefix ("... are")."""
+    return " " + ", ".join(references) + "."
 
 
 METRIC_FNS = {"string_match_all": string_match_all, "string_match_part": string_match_part}

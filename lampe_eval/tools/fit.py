@@ -9,25 +9,43 @@ sweep data. The paper's two observations are checked as data: a V-shaped PPL(m) 
 (minimum strictly inside the grid) and a monotonically decreasing one for long inputs.
 
 The sweep runs through the runner as ordinary jobs (``lampe`` with ``m=...`` and
-``identity_within_window=false`` on ``pg19``): every passage is a record in ``OUT/records.jsonl`` with its
-provenance, an interrupted or staged sweep resumes, ``lampe-eval report`` sees the points, and the fit
-reads them back from the store (``OUT/sweep-<model>-<tag>.jsonl`` lists the points it used).
+``identity_within_window=false`` on ``pg19``, built by ``ExperimentSpec.build`` as ``run``'s are, on any
+backend): every passage is a record in ``OUT/records.jsonl`` with its provenance and engine, an interrupted
+or staged sweep resumes, ``lampe-eval report`` sees the points, and the fit reads them back from the store
+(``OUT/sweep-<model>-<tag>.jsonl`` lists the points it used).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from .errors import LampeEvalError
-from .lengths import format_length
+from ..errors import LampeEvalError
+from ..lengths import format_length
+from ..runner.experiment import Experiment, ExperimentSpec, GridSpec, RunSettings
+from ..runner.store import ResultStore
+from .common import job_records, load_backend, on_model, resolve_jobs, short_hash
+
+if TYPE_CHECKING:
+    from ..runner.events import Event
+    from ..runner.local import RunResult
+
+
+class Tracker(Protocol):
+    """A progress display for the sweep (``RunProgress``): open while the run runs, fed its events."""
+
+    def __enter__(self) -> object: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+    def __call__(self, event: Event) -> None: ...
+
 
 PATTERN_V = "v-shaped"
 PATTERN_DECREASING = "monotonically decreasing"
@@ -196,7 +214,29 @@ class FitRequest:
     write: bool = True
     device: str | None = None
     dtype: str | None = None
+    backend: str = "hf"  # the inference backend of the sweep (lampe_eval.backends)
     command: str = ""
+
+    def settings(self) -> RunSettings:
+        return RunSettings(device=self.device, dtype=self.dtype, backend=self.backend)
+
+    def sweep(self) -> Sweep:
+        """The sweep's identity, its parameters and PG-19 options checked and typed (one line each)."""
+        from ..benchmarks.base import options_by_benchmark
+        from ..methods import METHODS
+
+        fixed = [k for k in self.params if k in SWEEP_FIXED]
+        if fixed:
+            raise LampeEvalError(f"fit sets {', '.join(fixed)} itself: drop --param {fixed[0]}")
+        params = METHODS.get("lampe").typed_params(self.params)
+        options = options_by_benchmark(["pg19"], self.options)["pg19"]
+        return Sweep(self.model, params, options, self.passages)
+
+    def mappings(self, window: int, length: int) -> list[int]:
+        """The mapping lengths measured at ``length``: the explicit grid, else :func:`mapping_grid`."""
+        if self.grid:
+            return sorted({min(m, length) for m in self.grid})
+        return mapping_grid(window, length, self.points)
 
 
 @dataclass
@@ -219,40 +259,42 @@ class Sweep:
     options: dict[str, Any]
     passages: int
 
-    def jobs(self, length: int, ms: Sequence[int]) -> list[Any]:
-        from .runner.jobs import expand_grid
-
-        methods = [("lampe", {**self.params, "m": int(m), "identity_within_window": False}) for m in ms]
-        pg19 = [("pg19", "pg19")]
-        options = {"pg19": self.options}
-        return expand_grid(
-            [self.model], methods, pg19, [length], self.passages, use_configs=False, options=options
+    def spec(self, mappings: Mapping[int, Sequence[int]], out: Path | None = None) -> ExperimentSpec:
+        """The experiment of the (l, m) points: one grid per input length l, its mapping lengths m."""
+        grids = [
+            GridSpec(
+                [self.model],
+                [("lampe", {**self.params, "m": int(m), "identity_within_window": False}) for m in ms],
+                [("pg19", ["pg19"])],
+                [length],
+                use_configs=False,
+            )
+            for length, ms in mappings.items()
+        ]
+        name = f"fit-{Path(self.model).name}"
+        return ExperimentSpec(
+            name, grids, out=str(out) if out else None, limit=self.passages, options=dict(self.options)
         )
 
-    def points(self, store: Any, lengths: Sequence[int]) -> list[SweepPoint]:
+    def points(self, store: ResultStore, lengths: Sequence[int], settings: RunSettings) -> list[SweepPoint]:
         """Every complete (l, m) point of this sweep in the store: the requested lengths, any m (stages
-        with other grids add up)."""
-        from .benchmarks.base import aggregate
-        from .runner.records import SampleRecord
+        with other grids add up). ``settings`` build the points' jobs (those of the run)."""
+        from ..benchmarks.base import aggregate
+        from ..runner.records import SampleRecord
 
-        records = [SampleRecord.from_json(r) for r in store.unique_records()]
-        candidates = set()
-        for record in records:
+        candidates: dict[int, set[int]] = {}
+        for data in store.unique_records():
+            record = SampleRecord.from_json(data)
             m = record.resolved_params.get("m")
             mine = (record.model, record.method, record.benchmark) == (self.model, "lampe", "pg19")
             if mine and isinstance(m, int) and m > 0 and record.length in lengths:
-                candidates.add((record.length, m))
-        by_key = {self.jobs(length, [m])[0].key(): (length, m) for length, m in candidates}
-        grouped: dict[tuple[int, int], list[SampleRecord]] = {}
-        for record in records:
-            point = by_key.get(record.job_key)
-            if point is not None and record.index < self.passages:
-                grouped.setdefault(point, []).append(record)
+                candidates.setdefault(record.length, set()).add(m)
+        if not candidates:
+            return []
+        jobs = self.spec({length: sorted(ms) for length, ms in candidates.items()}).build(settings).jobs
+        by_key = {job.key(): (job.length, int(job.method_params["m"])) for job in jobs}
         out = []
-        for (length, m), items in sorted(grouped.items()):
-            if len(items) < self.passages:
-                continue  # an unfinished point (interrupted run): the next run completes it
-            items.sort(key=lambda r: r.index)
+        for (length, m), items in sorted(job_records(store, by_key, self.passages).items()):
             agg = aggregate("pg19", "pg19", [r.scores for r in items])
             out.append(
                 SweepPoint(
@@ -269,61 +311,41 @@ class Sweep:
         return out
 
     def file_name(self, lampe_params: dict[str, Any]) -> str:
-        tag = json.dumps([lampe_params, self.passages, self.options], sort_keys=True, default=str)
-        return f"sweep-{Path(self.model).name}-{hashlib.sha256(tag.encode()).hexdigest()[:8]}.jsonl"
+        tag = short_hash([lampe_params, self.passages, self.options])
+        return f"sweep-{Path(self.model).name}-{tag}.jsonl"
 
 
 def run_fit(
     request: FitRequest,
     *,
-    progress: Callable[[int], Any] | None = None,
+    progress: Callable[[int], Tracker] | None = None,
     echo: Callable[[str], None] = print,
 ) -> FitOutcome:
-    """The sweep as ordinary runner jobs (resumable, provenance-stamped records in ``out``), then the fit
-    from the stored records, the plot and the config. Inputs are checked before the model loads."""
-    from contextlib import nullcontext
+    """The sweep as ordinary runner jobs (resumable, provenance-stamped records in ``out``, on the
+    request's backend), then the fit from the stored records, the plot and the config. Inputs are
+    checked before the model loads."""
+    from ..methods import resolve_method
+    from ..models import resolve_source
+    from ..runner.experiment import check_settings, prepare_output
+    from ..runner.store import RECORDS_FILE
 
-    from .benchmarks.base import options_by_benchmark
-    from .method_configs import config_path
-    from .methods import METHODS, resolve_method
-    from .models import load_model, resolve_source
-    from .runner.experiment import Experiment, RunSettings, prepare_output
-    from .runner.local import run
-    from .runner.store import RECORDS_FILE, ResultStore
-
-    fixed = [k for k in request.params if k in SWEEP_FIXED]
-    if fixed:
-        raise LampeEvalError(f"fit sets {', '.join(fixed)} itself: drop --param {fixed[0]}")
-    params = METHODS.get("lampe").typed_params(request.params)
-    options = options_by_benchmark(["pg19"], request.options)["pg19"]
+    sweep = request.sweep()
+    settings = request.settings()
+    check_settings(settings)
     resolve_source(request.model)  # an unknown model, or one that asks for its own code: before any output
     out = prepare_output(request.out)
-    lm = load_model(request.model, device=request.device, dtype=request.dtype)
+    lm = load_backend(request.model, settings).lm
+    settings = on_model(settings, lm)
     window = lm.pretraining_window
     lengths = request.lengths or [window, window * 3 // 2, 2 * window, 3 * window]
-    lampe_params = resolve_method("lampe", window, max(lengths), params=params, configs=False).params
-    sweep = Sweep(request.model, params, options, request.passages)
-    jobs = []
-    for length in lengths:
-        grid = request.grid
-        ms = sorted({min(m, length) for m in grid}) if grid else mapping_grid(window, length, request.points)
-        jobs += sweep.jobs(length, ms)
-    for job in jobs:
-        resolve_method("lampe", window, job.length, params=job.method_params, configs=False)
+    lampe_params = resolve_method("lampe", window, max(lengths), params=sweep.params, configs=False).params
+    spec = sweep.spec({length: request.mappings(window, length) for length in lengths}, out)
+    experiment = spec.build(settings)
+    resolve_jobs(experiment.jobs, window)
     sweep_file = out / sweep.file_name(lampe_params)
     echo(f"sweep -> {out / RECORDS_FILE} (window {window}, lengths {', '.join(map(format_length, lengths))})")
-    experiment = Experiment(
-        name=f"fit-{Path(request.model).name}",
-        jobs=jobs,
-        out=str(out),
-        limit=request.passages,
-        options=options,
-        settings=RunSettings(device=request.device, dtype=request.dtype, load=lambda name: lm),
-    )
-    tracker = progress(len(jobs)) if progress else None
-    with tracker or nullcontext():
-        result = run(experiment, on_event=tracker)
-    points = sweep.points(ResultStore(out), lengths)
+    result = _run(experiment, progress)
+    points = sweep.points(ResultStore(out), lengths, settings)
     sweep_file.write_text("".join(json.dumps(asdict(p)) + "\n" for p in points))
     for point in points:
         echo(
@@ -335,21 +357,42 @@ def run_fit(
     report = analyse(
         request.model, window, int(lampe_params["s1"]), int(lampe_params["s2"]), points, L=request.fixed_L
     )
-    for line in summary_lines(report):
-        echo(line)
     extra = {
         "command": request.command,
         "passages": request.passages,
         "mscale": lampe_params.get("mscale"),
-        "pg19_options": options,
+        "pg19_options": sweep.options,
     }
-    files = [sweep_file, plot(report, out / f"lampe-{Path(request.model).name}.png")]
+    return FitOutcome(report, [], [sweep_file, *write_outputs(request, report, extra, out, echo)])
+
+
+def _run(experiment: Experiment, progress: Callable[[int], Tracker] | None) -> RunResult:
+    """The runner on the experiment, with the caller's progress display (a context manager that takes
+    the run's events) when given."""
+    from contextlib import nullcontext
+
+    from ..runner.local import run
+
+    tracker = progress(len(experiment.jobs)) if progress else None
+    with tracker or nullcontext():
+        return run(experiment, on_event=tracker)
+
+
+def write_outputs(
+    request: FitRequest, report: FitReport, extra: dict[str, Any], out: Path, echo: Callable[[str], None]
+) -> list[Path]:
+    """The summary lines, the plot and (unless ``--no-write``) the config."""
+    from ..method_configs import config_path
+
+    for line in summary_lines(report):
+        echo(line)
+    files = [plot(report, out / f"lampe-{Path(request.model).name}.png")]
     echo(f"plot -> {files[-1]}")
     if request.write:
         target = request.config or config_path("lampe", request.model)
         files.append(write_config(target, report, extra))
         echo(f"config -> {files[-1]}")
-    return FitOutcome(report, [], files)
+    return files
 
 
 def analyse(

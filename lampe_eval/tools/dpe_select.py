@@ -16,6 +16,10 @@ Two steps, as the official README's "Apply DPE to New Models" describes them:
    here are shared by every layer, so this step is provenance: a side file in the output folder and a
    summary in the config, not a parameter.
 
+The detection's probes are ordinary runner jobs (``dpe`` with the setting's parameters on RULER's
+``niah_multivalue``; the answer's NLL is RULER's ``--opt score=answer_nll``): records with their engine in
+``OUT/records.jsonl``, resumed like ``run``, on any backend; the choice reads them back from the store.
+
 Differences from the official procedure are listed in docs/methods.md 7.3 (the probe's score: the
 answer's NLL by default, a CPU-sized probe; detection with every frequency scaled).
 """
@@ -23,19 +27,26 @@ answer's NLL by default, a CPU-sized probe; detection with every frequency scale
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import json
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import torch
 
-from .errors import LampeEvalError
-from .lengths import format_length
+from ..errors import LampeEvalError
+from ..lengths import format_length
+from ..runner.experiment import ExperimentSpec, GridSpec, RunSettings
+from .common import job_records, load_backend, on_model, resolve_jobs, short_hash
+
+if TYPE_CHECKING:
+    from ..backends import Backend
+    from ..models import LoadedModel
+    from ..runner.events import Event
+    from ..runner.records import SampleRecord
 
 TASK = "niah_multivalue"  # RULER's 4-value NIAH: the official detection task (4 needles, one key)
 OFFICIAL_GROUPS = 8  # run_niah_detect.sh: num_parts=8
@@ -43,6 +54,19 @@ DETECT_FLOOR = 1024  # run_niah_detect.sh: detected lengths halve down to 1024
 DIMENSION_FLOOR = 2048  # qk_2_norm_select_dim.py: lengths from the pretraining length down to 2048
 OFFICIAL_TOPK_SHARE = 0.75  # README / run_niah_detect.sh: top 48 of 64 frequencies
 SCORES = ("nll", "generate")
+# the RULER options that give each --score: the answer's NLL, or RULER's own greedy answer and string match
+SCORE_OPTIONS: dict[str, dict[str, str]] = {"nll": {"score": "answer_nll"}, "generate": {}}
+# the backends that hand over a layer's queries and keys before RoPE (``attention_inputs``)
+ATTENTION_INPUT_BACKENDS = ("hf",)
+
+
+@runtime_checkable
+class AttentionInputs(Protocol):
+    """A backend that hands over each attention layer's queries and keys before RoPE."""
+
+    def attention_inputs(
+        self, input_ids: Sequence[int], visit: Callable[[int, torch.Tensor, torch.Tensor], None]
+    ) -> float: ...
 
 
 # --------------------------------------------------------------------------------------- the grid
@@ -239,7 +263,23 @@ class SelectRequest:
     write: bool = True
     device: str | None = None
     dtype: str | None = None
+    backend: str = "hf"  # the inference backend of the probes (lampe_eval.backends)
     command: str = ""
+
+    def settings(self) -> RunSettings:
+        return RunSettings(device=self.device, dtype=self.dtype, backend=self.backend)
+
+    def check_run(self) -> None:
+        """What the tools set themselves and what the backend cannot do: one line each, before any load."""
+        if "score" in self.options:
+            raise LampeEvalError(
+                "dpe-select sets the RULER option score itself: drop --opt score (use --score)"
+            )
+        if self.dimensions and self.backend not in ATTENTION_INPUT_BACKENDS:
+            raise LampeEvalError(
+                f"dpe-select: the {self.backend} backend cannot hand over queries and keys before RoPE "
+                f"(the key-dimension pass): use --backend {ATTENTION_INPUT_BACKENDS[0]}, or --no-dims"
+            )
 
     def check(self, window: int | None) -> None:
         if self.score not in SCORES:
@@ -291,50 +331,120 @@ class SelectOutcome:
 
 
 # ------------------------------------------------------------------------------------------ probes
-def answer_text(references: Sequence[str]) -> str:
-    """The answer the NLL score reads after the prompt's answer prefix ("... are")."""
-    return " " + ", ".join(references) + "."
+@dataclass(frozen=True)
+class Detection:
+    """The detection as it runs: the grid of settings, the group boundaries, DPE's other parameters, the
+    test length; each setting is an ordinary job (``dpe`` on RULER's 4-value NIAH)."""
+
+    grid: DetectionGrid
+    boundaries: tuple[int, ...]
+    local_window: int
+    variant: str
+    length: int
+    window: int  # the model's pretraining window
+
+    def params(self, setting: tuple[int, ...]) -> dict[str, Any]:
+        return {
+            "window": self.local_window,
+            "scale_factors": list(setting),
+            "dimension_groups": list(self.boundaries),
+            "variant": self.variant,
+        }
+
+    def spec(self, request: SelectRequest, out: Path) -> ExperimentSpec:
+        """Every setting on ``request.samples`` samples, scored as ``--score`` asks (a RULER option)."""
+        methods = [("dpe", self.params(setting)) for setting in self.grid.settings()]
+        grid = GridSpec([request.model], methods, [("ruler", [TASK])], [self.length], use_configs=False)
+        return ExperimentSpec(
+            f"dpe-select-{Path(request.model).name}",
+            [grid],
+            out=str(out),
+            limit=request.samples,
+            seed=request.seed,
+            options={**request.options, **SCORE_OPTIONS[request.score]},
+        )
 
 
-def run_probe(backend: Any, sample: Any, setting: tuple[int, ...], index: int, kind: str) -> Probe:
-    """One sample under the installed setting: the answer's NLL (one forward pass over prompt + answer),
-    or a greedy generation scored with RULER's string match."""
-    from .backends.base import GenerationRequest, NLLRequest
-    from .benchmarks.ruler import RulerBenchmark
-    from .prompts import prompt_ids
+def plan_detection(request: SelectRequest, window: int, frequencies: int) -> Detection:
+    """The request's grid on a model of ``window`` tokens and ``frequencies`` RoPE frequencies."""
+    from ..methods.dpe import DPE
 
-    tokenizer = backend.lm.tokenizer
-    if kind == "generate":
-        request = GenerationRequest(prompt=sample.prompt, max_new_tokens=sample.max_new_tokens)
-        gen = backend.generate([request])[0]
-        scores = RulerBenchmark().score(sample, gen.output())
-        return Probe(setting, index, None, gen.new_tokens, next(iter(scores.values())), gen.text, gen.seconds)
-    ids = prompt_ids(tokenizer, sample.prompt)
-    answer = list(tokenizer(answer_text(sample.references), add_special_tokens=False)["input_ids"])
-    result = backend.token_nll([NLLRequest(tuple(ids + answer), tail_from=len(ids))])[0]
-    nll = result.nll_sum_tail / max(1, result.tokens_tail)
-    return Probe(setting, index, nll, result.tokens_tail, seconds=result.seconds)
+    length = request.length or 2 * window
+    grid = DetectionGrid(
+        request.groups,
+        request.base or base_factor(length, window),
+        tuple(sorted(set(request.factors))) if request.factors else detection_factors(length),
+    )
+    local = request.local_window or int(DPE.default_params(window, length, {})["window"])
+    boundaries = equal_groups(frequencies, request.groups)
+    return Detection(grid, boundaries, local, request.variant, length, window)
+
+
+def probe_of(record: SampleRecord, setting: tuple[int, ...]) -> Probe:
+    """A stored RULER record as a probe: the answer's NLL, or the string-match score and prediction."""
+    from ..benchmarks.ruler.benchmark import ANSWER_NLL
+
+    scores, output = record.scores, record.output
+    if ANSWER_NLL in scores:
+        return Probe(setting, record.index, scores[ANSWER_NLL], int(output["tokens"]), seconds=record.seconds)
+    match = next(iter(scores.values()))
+    tokens = int(output["new_tokens"])
+    return Probe(setting, record.index, None, tokens, match, str(output["prediction"]), record.seconds)
 
 
 def probe_file(out: Path, model: str, identity: Mapping[str, Any]) -> Path:
-    tag = json.dumps(dict(identity), sort_keys=True, default=str)
-    name = Path(model).name
-    return out / f"dpe-probes-{name}-{hashlib.sha256(tag.encode()).hexdigest()[:8]}.jsonl"
+    return out / f"dpe-probes-{Path(model).name}-{short_hash(dict(identity))}.jsonl"
 
 
-def read_probes(path: Path) -> list[Probe]:
-    if not path.is_file():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        if line.strip():
-            row = json.loads(line)
-            out.append(Probe(**{**row, "factors": tuple(row["factors"])}))
-    return out
+def probe_echo(
+    settings: Mapping[str, tuple[int, ...]], kind: str, echo: Callable[[str], None]
+) -> Callable[[Event], None]:
+    """The run's events as lines: each probe measured (its setting, sample and score), each warning."""
+    from ..runner.events import Stored, Warned
+
+    def on_event(event: Event) -> None:
+        if isinstance(event, Stored):
+            job_key, _, sample = event.key.partition(":")
+            value = next(iter(event.scores.values()))
+            shown = f"{value:.4f}" if kind == "nll" else f"{value:.0f}"
+            echo(f"  {list(settings[job_key])} sample {sample}: {kind} {shown} ({event.seconds:.0f}s)")
+        elif isinstance(event, Warned):
+            echo(f"warning: {event.message}")
+
+    return on_event
+
+
+def run_probes(
+    request: SelectRequest,
+    detection: Detection,
+    settings: RunSettings,
+    out: Path,
+    echo: Callable[[str], None],
+) -> list[Probe]:
+    """Every setting of the detection as runner jobs into ``out`` (a rerun computes only what is missing),
+    read back from the store as probes, in the grid's order."""
+    from ..runner.local import run
+    from ..runner.store import RECORDS_FILE, ResultStore
+
+    experiment = detection.spec(request, out).build(settings)
+    resolve_jobs(experiment.jobs, detection.window)
+    by_key = {job.key(): tuple(job.method_params["scale_factors"]) for job in experiment.jobs}
+    grid = detection.grid
+    echo(
+        f"detection: {len(by_key)} settings x {request.samples} sample(s) of ruler/{TASK} at "
+        f"{format_length(detection.length)} (base factor {grid.base}, factors {list(grid.factors)}, groups "
+        f"{list(detection.boundaries)}) -> {out / RECORDS_FILE}"
+    )
+    run(experiment, on_event=probe_echo(by_key, request.score, echo)).raise_for_failures()
+    stored = job_records(ResultStore(out), by_key, request.samples)
+    order = {setting: i for i, setting in enumerate(grid.settings())}
+    return [
+        probe_of(r, setting) for setting in sorted(stored, key=order.__getitem__) for r in stored[setting]
+    ]
 
 
 def measure_dimensions(
-    backend: Any,
+    backend: Backend,
     lengths: Sequence[int],
     samples: int,
     topk: int,
@@ -343,8 +453,12 @@ def measure_dimensions(
 ) -> DimensionSelection:
     """Step 2 on plain essay text (RULER's haystack, no chat template): sample i of length n is the
     text's tokens [i * n, (i + 1) * n)."""
-    from .benchmarks.ruler.haystack import load_essay_haystack
+    from ..benchmarks.ruler.haystack import load_essay_haystack
 
+    if not isinstance(backend, AttentionInputs):
+        raise LampeEvalError(
+            f"dpe-select: the {backend.name} backend cannot hand over queries and keys before RoPE"
+        )
     tokenizer = backend.lm.tokenizer
     essay = load_essay_haystack(None, dict(options))
     need = max(lengths) * samples
@@ -374,99 +488,42 @@ def measure_dimensions(
 
 # --------------------------------------------------------------------------------------------- run
 def run_select(request: SelectRequest, *, echo: Callable[[str], None] = print) -> SelectOutcome:
-    """Both steps on one loaded model; the probes are kept in ``out`` (a rerun with the same settings
-    measures only what is missing). Inputs are checked before the model loads."""
-    from .backends.hf import HFBackend
-    from .benchmarks.ruler.benchmark import generate_samples
-    from .method_configs import config_path
-    from .methods import resolve_method
-    from .methods.dpe import DPE
-    from .models import known_window, load_model, resolve_source
+    """Both steps on one loaded model; the probes are ordinary jobs whose records are kept in ``out`` (a
+    rerun with the same settings measures only what is missing). Inputs are checked before the model
+    loads."""
+    from ..method_configs import config_path
+    from ..models import known_window, resolve_source
+    from ..runner.experiment import check_settings, prepare_output
 
+    settings = request.settings()
+    request.check_run()
+    check_settings(settings)
     resolve_source(request.model)
     request.check(known_window(request.model))
     began = time.perf_counter()
-    lm = load_model(request.model, device=request.device, dtype=request.dtype)
-    window = lm.pretraining_window
-    request.check(window)
-    backend = HFBackend(lm)
-    frequencies = backend.rope_base().inv_freq.numel()
-    length = request.length or 2 * window
-    boundaries = equal_groups(frequencies, request.groups)
-    grid = DetectionGrid(
-        request.groups,
-        request.base or base_factor(length, window),
-        tuple(sorted(set(request.factors))) if request.factors else detection_factors(length),
-    )
-    local = request.local_window or int(DPE.default_params(window, length, {})["window"])
-    out = request.out
-    out.mkdir(parents=True, exist_ok=True)
-    files: list[Path] = []
-
-    dims = None
-    if request.dimensions:
-        dim_lengths = request.dim_lengths or _halving(window, DIMENSION_FLOOR)
-        topk = min(request.topk or max(1, round(OFFICIAL_TOPK_SHARE * frequencies)), frequencies)
-        echo(f"key dimensions: lengths {', '.join(map(format_length, dim_lengths))}, top {topk}")
-        dims = measure_dimensions(backend, dim_lengths, request.dim_samples, topk, request.options, echo)
-        files += write_dimensions(out, lm.name, dims)
-
-    identity = {
-        "model": lm.name,
-        "length": length,
-        "window": local,
-        "variant": request.variant,
-        "score": request.score,
-        "seed": request.seed,
-        "boundaries": boundaries,
-        "task": TASK,
-        "options": request.options,
-    }
-    path = probe_file(out, lm.name, identity)
-    probes = read_probes(path)
-    done = {(p.factors, p.sample) for p in probes}
-    samples = generate_samples(lm, TASK, length, request.samples, seed=request.seed, options=request.options)
-    if len(samples) < request.samples:
-        raise LampeEvalError(f"dpe-select: only {len(samples)} {TASK} samples at {format_length(length)}")
-    settings = grid.settings()
-    echo(
-        f"detection: {len(settings)} settings x {request.samples} sample(s) of ruler/{TASK} at "
-        f"{format_length(length)} (base factor {grid.base}, factors {list(grid.factors)}, groups "
-        f"{list(boundaries)}) -> {path}"
-    )
-    for setting in settings:
-        params = {
-            "window": local,
-            "scale_factors": list(setting),
-            "dimension_groups": list(boundaries),
-            "variant": request.variant,
-        }
-        method = resolve_method("dpe", window, length, params=params, configs=False).method
-        todo = [i for i in range(request.samples) if (setting, i) not in done]
-        if not todo:
-            continue
-        with backend.install(method):
-            for index in todo:
-                probe = run_probe(backend, samples[index], setting, index, request.score)
-                probes.append(probe)
-                with path.open("a") as fh:
-                    fh.write(json.dumps(asdict(probe)) + "\n")
-                shown = f"{probe.nll:.4f}" if probe.nll is not None else f"{probe.match:.0f}"
-                echo(f"  {list(setting)} sample {index}: {request.score} {shown} ({probe.seconds:.0f}s)")
+    backend = load_backend(request.model, settings)
+    lm = backend.lm
+    request.check(lm.pretraining_window)
+    detection = plan_detection(request, lm.pretraining_window, backend.rope_base().inv_freq.numel())
+    out = prepare_output(request.out)
+    dims, files = key_dimensions(request, backend, out, echo)
+    probes = run_probes(request, detection, on_model(settings, lm), out, echo)
+    path = probe_file(out, lm.name, probe_identity(request, detection, lm))
+    path.write_text("".join(json.dumps(asdict(p)) + "\n" for p in probes))
     files.append(path)
     table = score_table(probes, request.score, request.samples)
-    choices = choose_factors(grid, table, request.score, boundaries)
+    choices = choose_factors(detection.grid, table, request.score, detection.boundaries)
     report = SelectReport(
         model=lm.name,
-        window=window,
-        frequencies=frequencies,
-        local_window=local,
-        length=length,
+        window=lm.pretraining_window,
+        frequencies=detection.boundaries[-1],
+        local_window=detection.local_window,
+        length=detection.length,
         variant=request.variant,
         score=request.score,
         samples=request.samples,
-        boundaries=boundaries,
-        grid=grid,
+        boundaries=detection.boundaries,
+        grid=detection.grid,
         choices=choices,
         dims=dims,
         seconds=time.perf_counter() - began,
@@ -478,6 +535,35 @@ def run_select(request: SelectRequest, *, echo: Callable[[str], None] = print) -
         files.append(write_config(target, report, request))
         echo(f"config -> {files[-1]}")
     return SelectOutcome(report, files)
+
+
+def key_dimensions(
+    request: SelectRequest, backend: Backend, out: Path, echo: Callable[[str], None]
+) -> tuple[DimensionSelection | None, list[Path]]:
+    """Step 2 (unless ``--no-dims``) and its side files."""
+    if not request.dimensions:
+        return None, []
+    frequencies = backend.rope_base().inv_freq.numel()
+    dim_lengths = request.dim_lengths or _halving(backend.lm.pretraining_window, DIMENSION_FLOOR)
+    topk = min(request.topk or max(1, round(OFFICIAL_TOPK_SHARE * frequencies)), frequencies)
+    echo(f"key dimensions: lengths {', '.join(map(format_length, dim_lengths))}, top {topk}")
+    dims = measure_dimensions(backend, dim_lengths, request.dim_samples, topk, request.options, echo)
+    return dims, write_dimensions(out, backend.lm.name, dims)
+
+
+def probe_identity(request: SelectRequest, detection: Detection, lm: LoadedModel) -> dict[str, Any]:
+    """What names the probe file (the settings its probes were measured with)."""
+    return {
+        "model": lm.name,
+        "length": detection.length,
+        "window": detection.local_window,
+        "variant": request.variant,
+        "score": request.score,
+        "seed": request.seed,
+        "boundaries": detection.boundaries,
+        "task": TASK,
+        "options": request.options,
+    }
 
 
 def _halving(start: int, floor: int) -> list[int]:
@@ -556,7 +642,7 @@ def config_document(report: SelectReport, request: SelectRequest | None = None) 
 def write_config(path: Path, report: SelectReport, request: SelectRequest | None = None) -> Path:
     import yaml
 
-    from .runner.worker import git_revision
+    from ..runner.worker import git_revision
 
     path.parent.mkdir(parents=True, exist_ok=True)
     date = _dt.date.today().isoformat()
