@@ -1,4 +1,5 @@
-"""``lampe-eval fit``: LaMPE's mapping-length sweep and the sigmoid fit m(l) (runs :mod:`lampe_eval.tools.fit`)."""
+"""``lampe-eval fit``: LaMPE's mapping-length sweep and the sigmoid fit m(l) (runs
+:mod:`lampe_eval.tools.fit`)."""
 
 from __future__ import annotations
 

@@ -17,9 +17,9 @@ Defaults: w = min(1024, window // 8) (the official 1024 at 8K); one factor s for
 keeping the far positions below the window at the target length ((N - 1) // s + w - w // s < window), 2
 without a target; ``dimension_groups`` empty: one equal group per factor. DPE's own search for a model's
 factors (NIAH detection per dimension group) and its key-dimension selection (q/k 2-norms) are
-``lampe-eval dpe-select`` (:mod:`lampe_eval.tools.dpe_select`, docs/methods.md 7.3). Not implemented: the official
-``select_topk_dim`` option (scale only the dimensions selected per layer and head; off by default in the
-official code): plans here are shared by every layer, so the selection is only reported.
+``lampe-eval dpe-select`` (:mod:`lampe_eval.tools.dpe_select`, docs/methods.md 7.3). Not implemented: the
+official ``select_topk_dim`` option (scale only the dimensions selected per layer and head; off by default
+in the official code): plans here are shared by every layer, so the selection is only reported.
 """
 
 from __future__ import annotations
