@@ -233,9 +233,9 @@ class Sweep:
         """Every complete (l, m) point of this sweep in the store: the requested lengths, any m (stages
         with other grids add up)."""
         from .benchmarks.base import aggregate
-        from .runner.records import SampleRecord
+        from .records import SampleRecord
 
-        records = [SampleRecord.from_json(r) for r in store.unique_records()]
+        records: list[SampleRecord] = store.unique_records()
         candidates = set()
         for record in records:
             m = record.resolved_params.get("m")

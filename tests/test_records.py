@@ -12,17 +12,17 @@ import pytest
 import torch
 
 from lampe_eval.models import LoadedModel, tiny_llama
-from lampe_eval.runner.events import Warned
-from lampe_eval.runner.experiment import Experiment
-from lampe_eval.runner.jobs import Job
-from lampe_eval.runner.local import run
-from lampe_eval.runner.records import (
+from lampe_eval.records import (
     SCHEMA_VERSION,
     SampleRecord,
     check_record,
     engine_identity,
     resolved_params,
 )
+from lampe_eval.runner.events import Warned
+from lampe_eval.runner.experiment import Experiment
+from lampe_eval.runner.jobs import Job
+from lampe_eval.runner.local import run
 from lampe_eval.runner.store import ResultStore
 from tests.fakebench import CharTokenizer
 
@@ -123,7 +123,7 @@ def test_resume_recomputes_another_dtype_or_kernel_and_says_so(
     monkeypatch.delenv("LAMPE_EVAL_KERNEL")
     bf16, warnings = go(torch.bfloat16)
     assert bf16.computed == 3 and "bfloat16" in warnings[0]
-    engines = {r["engine"]["dtype"] for r in ResultStore(out).unique_records()}
+    engines = {r.engine["dtype"] for r in ResultStore(out).unique_records()}
     assert engines == {"bfloat16"}  # the latest record of each sample wins
 
 

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 import tests.fakebench  # noqa: F401  (registers "fake")
 from lampe_eval.cli import app
 from lampe_eval.errors import LampeEvalError
+from lampe_eval.records import SampleRecord
 from lampe_eval.report import LEADERBOARD_COLUMNS, build_report
 from lampe_eval.report.data import load_records, task_scores, variant_labels
 from lampe_eval.report.leaderboard import leaderboard_rows
@@ -27,7 +28,6 @@ from lampe_eval.report.paper import (
     validate_spec,
 )
 from lampe_eval.report.tables import generic_tables, to_csv, to_latex, to_markdown
-from lampe_eval.runner.records import SampleRecord
 from lampe_eval.runner.store import ResultStore
 
 ROOT = Path(__file__).resolve().parents[1] / "lampe_eval" / "resources"
@@ -101,7 +101,7 @@ def store(tmp_path: Path) -> Path:
     s = ResultStore(out)
     for (method, length), ppl in PPL.items():
         for i in range(2):
-            s.append(pg19_record("llama3-8b-instruct", method, length, i, ppl))
+            s.append_json(pg19_record("llama3-8b-instruct", method, length, i, ppl))
     for method, variant, base in (
         ("rope", {}, 40.0),
         ("selfextend", {"group_size": 4}, 50.0),
@@ -112,9 +112,9 @@ def store(tmp_path: Path) -> Path:
             for length in (1024, 2048):
                 for i, tokens in enumerate((500, 900, 1500, 2000)):
                     score = base + bonus - (5.0 if length == 2048 else 0.0) + (10.0 if tokens < 1000 else 0.0)
-                    s.append(fake_record(method, variant, task, length, i, score, min(tokens, length)))
+                    s.append_json(fake_record(method, variant, task, length, i, score, min(tokens, length)))
     # a duplicate key written twice (e.g. a store merged from two runs): the last one wins
-    s.append({**pg19_record("llama3-8b-instruct", "rope", 4096, 0, 8.0)})
+    s.append_json({**pg19_record("llama3-8b-instruct", "rope", 4096, 0, 8.0)})
     with open(s.path, "ab") as handle:
         handle.write(b'{"key": "torn')
     return out
@@ -371,7 +371,7 @@ def errbench_store(out: Path) -> Path:
     for method, err in (("rope", 30.0), ("lampe", 10.0), ("mystery", 20.0)):
         for i in range(3):
             record = fake_record(method, {}, "one", 1024, i, err + i, 500)
-            s.append({**record, "benchmark": "errbench", "scores": {"err": err + i}})
+            s.append_json({**record, "benchmark": "errbench", "scores": {"err": err + i}})
     return out
 
 

@@ -30,9 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from ..fileio import atomic_write_text, make_dirs
-from ..runner.records import SampleRecord
+from ..records import SampleRecord
 from .data import Presentation, TaskScore, load_records, one_setting_per_cell, task_scores
 from .effective import with_effective_lengths
+from .figure import Plot
 from .leaderboard import (
     LEADERBOARD_COLUMNS,
     comparison_rows,
@@ -41,7 +42,7 @@ from .leaderboard import (
     leaderboard_rows,
 )
 from .paper import Comparison, compare, comparison_csv, load_paper_table, paper_table_names
-from .plots import Plot, make_plots
+from .plots import make_plots
 from .tables import Table, generic_tables, to_csv, to_latex, to_markdown
 from .uncertainty import Bootstrap, BootstrapSettings
 

@@ -21,8 +21,7 @@ from typing import Any
 
 from ..benchmarks.base import Metric, aggregate, metric_of
 from ..errors import LampeEvalError
-from ..runner.records import SampleRecord
-from ..runner.store import RECORDS_FILE, Problems, valid_records
+from ..records import RECORDS_FILE, Problems, SampleRecord, last_per_key, read_records
 
 
 @dataclass(frozen=True)
@@ -99,13 +98,9 @@ def load_records(paths: Iterable[str | Path], warnings: list[str] | None = None)
     notes: list[str] = []
     for path in record_files(paths):
         problems = Problems()
-        count = 0
-        for raw in valid_records(path, problems):
-            count += 1
-            record = SampleRecord.from_json(raw)
-            by_key.pop(record.key, None)
-            by_key[record.key] = record
-        if count == 0:
+        mine = list(read_records(path, problems))
+        by_key = last_per_key([*by_key.values(), *mine])
+        if not mine:
             what = "is empty" if problems.lines == 0 else f"has no readable record: {problems.summary()}"
             empty.append(f"{path} {what}")
         elif problems.summary():

@@ -42,8 +42,9 @@ from markupsafe import Markup
 from ..benchmarks.base import metric_of
 from ..fileio import atomic_write_text
 from ..lengths import format_length
-from ..runner.records import SampleRecord
+from ..records import SampleRecord
 from .data import variant_labels, variant_of
+from .figure import Plot
 from .tables import SAME_AS_BASELINE, SAME_AS_BEST, Cell, Table, slug
 
 PREDICTION_CHARS = 4000  # longer predictions (and references) are cut in the page, saying how much
@@ -58,7 +59,7 @@ class HtmlInputs:
     paper_tables: list[Table] = field(default_factory=list)
     leaderboard: list[dict[str, Any]] = field(default_factory=list)
     comparisons: list[dict[str, Any]] = field(default_factory=list)
-    plots: list[Any] = field(default_factory=list)  # report.plots.Plot
+    plots: list[Plot] = field(default_factory=list)
     positions: list[tuple[str, bytes]] = field(default_factory=list)  # (model, PNG)
     records: list[SampleRecord] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
