@@ -461,7 +461,8 @@ def report_command(
         "md",
         "--format",
         "-f",
-        help="md, latex, csv (tables) and html (report.html); comma-separate. leaderboard.csv comes always.",
+        help="md, latex, csv (tables), html (report.html) or one an --import module registers; "
+        "comma-separate. leaderboard.csv comes always.",
     ),
     out: Path | None = typer.Option(None, "--out", "-o", help="Output directory (default RESULTS/report)."),
     paper: list[str] = typer.Option(
@@ -512,15 +513,15 @@ def report_command(
     from .runner.experiment import import_plugins
 
     try:
+        import_plugins(split_list(imports))  # first: a module may register a format
         formats = split_list([fmt])
         bad = [f for f in formats if f not in REPORT_FORMATS]
         if bad or not formats:
-            raise LampeEvalError(f"bad --format {fmt!r}: use {', '.join(REPORT_FORMATS)}")
+            raise LampeEvalError(f"bad --format {fmt!r}: use {', '.join(REPORT_FORMATS.names())}")
         if resamples < 0:
             raise LampeEvalError(f"--resamples must be 0 (no intervals) or more, got {resamples}")
         if sample_mb is not None and sample_mb < 0:
             raise LampeEvalError(f"--sample-mb must be 0 or more, got {sample_mb}")
-        import_plugins(split_list(imports))
         target = out or results[0] / "report"
         report = build_report(
             results,

@@ -404,6 +404,47 @@ def test_report_import_gives_a_plugin_benchmark_its_declared_direction(tmp_path)
     assert missing.exit_code != 0 and "cannot import no_such_module_x" in missing.output
 
 
+def test_report_import_registers_a_format_of_its_own(store, tmp_path):
+    import sys
+
+    from lampe_eval.report import REPORT_FORMATS
+
+    args = ["report", str(store), "--no-plots", "--resamples", "0"]
+    if "tests.reportformat" not in sys.modules:  # (a session that imported it knows it already)
+        unknown = CliRunner().invoke(app, [*args, "--format", "scores-json", "--out", str(tmp_path / "x")])
+        assert unknown.exit_code != 0 and "bad --format 'scores-json'" in unknown.output, unknown.output
+    out = tmp_path / "out"
+    imports = ["--import", "tests.reportformat"]
+    result = CliRunner().invoke(app, [*args, "--format", "md,scores-json", "--out", str(out), *imports])
+    assert result.exit_code == 0, result.output
+    assert "| method |" in result.output and "scores.json" in result.output
+    rows = json.loads((out / "scores.json").read_text())
+    assert {(r["method"], r["task"]) for r in rows} >= {("rope", "pg19"), ("lampe", "alpha")}
+    assert (out / "tables.md").exists() and (out / "leaderboard.csv").exists()
+    assert "scores-json" in REPORT_FORMATS.names() and REPORT_FORMATS.names()[:5] == [
+        "md", "latex", "csv", "leaderboard", "html"
+    ]  # fmt: skip
+
+
+def test_a_report_format_must_declare_its_files_and_writer():
+    from lampe_eval.registry import Registry
+    from lampe_eval.report.formats import ReportFormat, _check_format
+
+    formats: Registry[ReportFormat] = Registry("report format", check=_check_format)
+
+    class NoWriter(ReportFormat):
+        files = ("x.txt",)
+
+    class NoFiles(ReportFormat):
+        def write(self, inputs):
+            return []
+
+    with pytest.raises(TypeError, match="must implement write"):
+        formats.register("nowriter")(NoWriter)
+    with pytest.raises(TypeError, match="must declare the files it writes"):
+        formats.register("nofiles")(NoFiles)
+
+
 def test_methods_declare_their_order_baseline_and_highlight(store, tmp_path):
     from lampe_eval.methods import METHODS
     from lampe_eval.report.data import Presentation, Variant, baseline_variant, method_order
