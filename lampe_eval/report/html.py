@@ -413,23 +413,31 @@ def _section(title: str, anchor: str, body: list[str]) -> dict[str, Any]:
     return {"title": title, "anchor": anchor, "body": Markup("\n".join(body))}
 
 
-def render_html(inputs: HtmlInputs, sample_limit: int = 500) -> str:
-    nav: list[tuple[str, str]] = []
-    sections: list[dict[str, Any]] = []
+def _benchmark_bodies(inputs: HtmlInputs) -> dict[str, list[str]]:
+    """Per benchmark, in the tables' order: its tables under their section headings, then its own plots."""
     by_benchmark: dict[str, list[Table]] = {}
     for table in inputs.tables:
         by_benchmark.setdefault(table.section.split(" | ")[0] or table.title, []).append(table)
+    bodies: dict[str, list[str]] = {}
     for benchmark, tables in by_benchmark.items():
-        body: list[str] = []
+        body = bodies[benchmark] = []
         current = None
         for table in tables:
             if table.section != current:
                 current = table.section
                 body.append(f"<h3>{esc(current)}</h3>")
             body.append(table_html(table))
-        for plot in inputs.plots:
-            if plot.benchmarks == (benchmark,):
-                body.append(_figure(plot.path.read_bytes(), plot.caption))
+        body += [
+            _figure(p.path.read_bytes(), p.caption) for p in inputs.plots if p.benchmarks == (benchmark,)
+        ]
+    return bodies
+
+
+def render_html(inputs: HtmlInputs, sample_limit: int = 500) -> str:
+    nav: list[tuple[str, str]] = []
+    sections: list[dict[str, Any]] = []
+    by_benchmark = _benchmark_bodies(inputs)
+    for benchmark, body in by_benchmark.items():
         anchor = "bench-" + slug(benchmark)
         nav.append((anchor, benchmark))
         sections.append(_section(benchmark, anchor, body))

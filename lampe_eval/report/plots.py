@@ -53,12 +53,7 @@ def plot_by_length(
         lengths = sorted({n for _, n in cells})
         top = 0.0
         for variant in method_order({v for v, _ in cells}, presentation):
-            xs, ys = [], []
-            for n in lengths:
-                value = benchmark_score(cells.get((variant, n), {}), tasks)
-                if value is not None and math.isfinite(value):
-                    xs.append(n)
-                    ys.append(value)
+            xs, ys = score_line([cells.get((variant, n), {}) for n in lengths], lengths, tasks)
             top = max([top, *ys])
             if xs:
                 style = (
@@ -83,6 +78,19 @@ def plot_by_length(
         ax.legend(fontsize=8)
     fig.tight_layout()
     return save_figure(fig, path)
+
+
+def score_line(
+    cells: Sequence[dict[str, TaskScore]], lengths: Sequence[int], tasks: Sequence[str]
+) -> tuple[list[int], list[float]]:
+    """One method's points: the lengths whose benchmark score over ``tasks`` is a finite number."""
+    xs, ys = [], []
+    for n, cell in zip(lengths, cells, strict=True):
+        value = benchmark_score(cell, tasks)
+        if value is not None and math.isfinite(value):
+            xs.append(n)
+            ys.append(value)
+    return xs, ys
 
 
 def bucket_edges(model: str, edges: Sequence[int] | None) -> list[int]:
