@@ -474,3 +474,16 @@ def test_methods_declare_their_order_baseline_and_highlight(store, tmp_path):
         app, ["report", str(store), "-o", str(tmp_path / "c"), "--baseline", "nope", "--highlight", "lampe"]
     )
     assert result.exit_code == 0 and "warning: --baseline nope: no records of method 'nope'" in result.output
+
+
+def test_the_report_reads_records_without_the_runner():
+    """The record type and its readers lie below both: nothing in report/ (or records.py) imports runner/."""
+    import ast
+
+    package = Path(__file__).resolve().parents[1] / "lampe_eval"
+    found = []
+    for path in [*sorted((package / "report").glob("*.py")), package / "records.py"]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and "runner" in (node.module or "").split("."):
+                found.append(f"{path.name}:{node.lineno}")
+    assert not found, found

@@ -93,23 +93,23 @@ def load_records(paths: Iterable[str | Path], warnings: list[str] | None = None)
     Unreadable lines and records with a field of the wrong type are skipped; each file that had some
     (or nothing readable) adds one line to ``warnings``. Nothing readable at all is an error.
     """
-    by_key: dict[str, SampleRecord] = {}
+    records: list[SampleRecord] = []
     empty: list[str] = []
     notes: list[str] = []
     for path in record_files(paths):
         problems = Problems()
-        mine = list(read_records(path, problems))
-        by_key = last_per_key([*by_key.values(), *mine])
-        if not mine:
+        count = len(records)
+        records.extend(read_records(path, problems))
+        if len(records) == count:
             what = "is empty" if problems.lines == 0 else f"has no readable record: {problems.summary()}"
             empty.append(f"{path} {what}")
         elif problems.summary():
             notes.append(f"{path}: {problems.summary()}")
-    if not by_key:
+    if not records:
         raise LampeEvalError("no results to report: " + "; ".join(empty))
     if warnings is not None:
         warnings.extend(notes + empty)
-    return list(by_key.values())
+    return list(last_per_key(records).values())
 
 
 def setting_of(record: SampleRecord) -> str:
