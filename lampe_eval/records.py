@@ -227,7 +227,7 @@ class Problems:
         return "skipped " + " and ".join(parts) if parts else None
 
 
-def parse_line(line: bytes) -> dict[str, Any] | None:
+def parse_line(line: bytes) -> dict[str, object] | None:
     """The JSON object of one line, or None (a torn line from a killed writer, or garbage)."""
     try:
         record = json.loads(line)
@@ -236,7 +236,7 @@ def parse_line(line: bytes) -> dict[str, Any] | None:
     return record if isinstance(record, dict) else None
 
 
-def iter_records(path: Path, problems: Problems | None = None) -> Iterator[dict[str, Any]]:
+def iter_records(path: Path, problems: Problems | None = None) -> Iterator[dict[str, object]]:
     """Every parsable line of a JSONL file as it is written (unchecked), in file order (torn lines skipped,
     and counted in ``problems`` when given)."""
     if not path.exists():
@@ -258,7 +258,7 @@ def iter_records(path: Path, problems: Problems | None = None) -> Iterator[dict[
             yield record
 
 
-def valid_records(path: Path, problems: Problems | None = None) -> Iterator[dict[str, Any]]:
+def valid_records(path: Path, problems: Problems | None = None) -> Iterator[dict[str, object]]:
     """The lines of a JSONL file that pass :func:`check_record` (the others counted in ``problems``)."""
     problems = problems if problems is not None else Problems()
     for record in iter_records(path, problems):

@@ -137,6 +137,7 @@ def draw_depth_grids(grids: Sequence[DepthGrid], path: Path) -> Path:
         if first_column:
             ax.set_ylabel("needle depth (0% = start of the context)")
     arrow = "higher" if higher else "lower"
+    assert image is not None  # (grids is never empty)
     fig.colorbar(image, ax=axes, shrink=0.8, label=f"mean {first.metric or 'score'} ({arrow} is better)")
     return save_figure(fig, path)
 

@@ -7,12 +7,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
 
 from ..fileio import atomic_path  # noqa: E402
 
@@ -27,8 +28,8 @@ class Plot:
 
 
 def panels(
-    count: int, width: float, height: float, pad: float = 0.0, **options: Any
-) -> tuple[Any, list[Any]]:
+    count: int, width: float, height: float, pad: float = 0.0, **options: object
+) -> tuple[Figure, list[Axes]]:
     """A figure of ``count`` panels, three per row, each ``width`` x ``height`` inches (plus ``pad`` inches
     of figure width); the grid's unused panels hidden. ``options`` go to ``plt.subplots``."""
     cols = min(count, 3)
@@ -42,7 +43,7 @@ def panels(
     return fig, flat[:count]
 
 
-def save_figure(fig: Any, path: Path) -> Path:
+def save_figure(fig: Figure, path: Path) -> Path:
     """Write ``fig`` to ``path`` atomically (its format from the suffix, PNG by default) and free it."""
     try:
         with atomic_path(path) as tmp:

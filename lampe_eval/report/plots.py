@@ -56,9 +56,8 @@ def plot_by_length(
             xs, ys = score_line([cells.get((variant, n), {}) for n in lengths], lengths, tasks)
             top = max([top, *ys])
             if xs:
-                style = (
-                    {"linewidth": 2.5, "color": "black"} if presentation.highlighted(variant.method) else {}
-                )
+                highlighted = presentation.highlighted(variant.method)
+                style: dict[str, Any] = {"linewidth": 2.5, "color": "black"} if highlighted else {}
                 ax.plot(xs, ys, marker="o", label=labels[variant], **style)
         ax.set_xscale("log", base=2)
         ax.set_xticks(lengths, [format_length(n) for n in lengths])

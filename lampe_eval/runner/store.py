@@ -106,7 +106,7 @@ class ResultStore:
         self._keys.add(record.key)
         self._done[record.job_key][str(record.sample_id)] = StoredSample.of(record)
 
-    def records(self) -> Iterator[dict[str, Any]]:
+    def records(self) -> Iterator[dict[str, object]]:
         """Every parsable line in file order as written (unchecked; duplicates included): the file's
         raw content. The typed records are :meth:`unique_records`."""
         return iter_records(self.path)
