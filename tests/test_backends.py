@@ -207,7 +207,7 @@ def test_batch_size_4_gives_the_records_of_batch_size_1(
     for batch in (1, 4):
         out = tmp_path / f"b{batch}"
         run(Experiment.from_jobs(jobs, out, load=lambda name: model, batch_size=batch)).raise_for_failures()
-        outs[batch] = ResultStore(out).unique_records()
+        outs[batch] = [r.to_json() for r in ResultStore(out).unique_records()]
     assert len(outs[1]) == len(outs[4]) >= 8
     assert max(r["batch_size"] for r in outs[4]) > 1  # batches really formed
     assert {r["batch_size"] for r in outs[1]} == {1}

@@ -38,7 +38,7 @@ def one_line(err: str) -> str:
 
 def stored(out: Path) -> list[dict]:
     """The valid records of a store; no key twice among them."""
-    records = ResultStore(out).unique_records()
+    records = [r.to_json() for r in ResultStore(out).unique_records()]
     keys = [
         json.loads(line)["key"] for line in (out / "records.jsonl").read_text().splitlines() if line.strip()
     ]

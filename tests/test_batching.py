@@ -32,7 +32,7 @@ class GenTokenizer(CharTokenizer):
 
 
 def results(out) -> dict[str, tuple[Any, Any]]:
-    return {r["key"]: (r["output"], r["scores"]) for r in ResultStore(out).unique_records()}
+    return {r.key: (r.output, r.scores) for r in ResultStore(out).unique_records()}
 
 
 def strip(outputs: dict[str, tuple[Any, Any]]) -> dict[str, tuple[Any, Any]]:
@@ -53,7 +53,7 @@ def test_pg19_batched_equals_one_at_a_time(tmp_path):
         experiment = Experiment.from_jobs([job], out, load=load_tiny_chars, batch_size=batch)
         run(experiment).raise_for_failures()
         outs[batch] = results(out)
-        sizes = {r["batch_size"] for r in ResultStore(out).unique_records()}
+        sizes = {r.batch_size for r in ResultStore(out).unique_records()}
         assert sizes == ({1} if batch == 1 else {1, 2})
     assert len(outs[1]) == 5
     assert strip(outs[2]) == strip(outs[1])  # every NLL bit for bit
@@ -162,4 +162,4 @@ def test_cli_options_reach_the_workers(tmp_path, capsys, monkeypatch):
     with pytest.raises(SystemExit) as info:
         main([*args, "--batch-size", "2"])
     assert info.value.code in (0, None)
-    assert {r["batch_size"] for r in ResultStore(tmp_path / "R").unique_records()} == {2}
+    assert {r.batch_size for r in ResultStore(tmp_path / "R").unique_records()} == {2}

@@ -19,12 +19,12 @@ from lampe_eval.benchmarks.ruler.generators import needle_depths
 from lampe_eval.cli import app
 from lampe_eval.errors import MissingDataError
 from lampe_eval.models import LoadedModel
+from lampe_eval.records import SampleRecord
 from lampe_eval.report import LEADERBOARD_COLUMNS, build_report
 from lampe_eval.report.data import load_records, task_scores
 from lampe_eval.report.depth import depth_grids, depths_of
 from lampe_eval.report.effective import effective_length, effective_lengths
 from lampe_eval.report.leaderboard import leaderboard_rows
-from lampe_eval.runner.records import SampleRecord
 from tests.reportstore import NEEDLE_LENGTHS, write_needle_store, write_store
 
 FIXTURES = str(Path(__file__).parent / "fixtures" / "ruler")

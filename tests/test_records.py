@@ -5,6 +5,7 @@ numbers: another dtype or kernel recomputes and says so in one line; the same se
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -12,17 +13,17 @@ import pytest
 import torch
 
 from lampe_eval.models import LoadedModel, tiny_llama
-from lampe_eval.runner.events import Warned
-from lampe_eval.runner.experiment import Experiment
-from lampe_eval.runner.jobs import Job
-from lampe_eval.runner.local import run
-from lampe_eval.runner.records import (
+from lampe_eval.records import (
     SCHEMA_VERSION,
     SampleRecord,
     check_record,
     engine_identity,
     resolved_params,
 )
+from lampe_eval.runner.events import Computed, Stored, Warned
+from lampe_eval.runner.experiment import Experiment
+from lampe_eval.runner.jobs import Job
+from lampe_eval.runner.local import run
 from lampe_eval.runner.store import ResultStore
 from tests.fakebench import CharTokenizer
 
@@ -45,6 +46,28 @@ def test_a_record_round_trips_through_its_type() -> None:
     data = json.loads(json.dumps(record.to_json()))
     assert data["schema_version"] == SCHEMA_VERSION and check_record(data) is None
     assert SampleRecord.from_json(data) == record
+
+
+def test_a_record_crosses_processes_and_is_stored_as_it_was_made(tmp_path: Path) -> None:
+    """Events carry the typed record through process pipes and Ray (pickle); the stored line is the
+    record's JSON form, the same bytes on either side, and it reads back as the same record."""
+    record = SampleRecord(
+        **MINIMAL,
+        resolved_params={"s1": 4, "scale": 0.1 + 0.2},
+        output={"prediction": "ünïcode </script>", "nll": [1.0000000000000002, 3e-310]},
+        seconds=1 / 3,
+        engine={"backend": "hf", "dtype": "float32"},
+    )
+    event = Computed("u", record)
+    copy = pickle.loads(pickle.dumps(event))
+    assert copy == event and copy.record == record and Stored.of(copy).record == record
+    stores = [ResultStore(tmp_path / "a"), ResultStore(tmp_path / "b")]
+    stores[0].append(record)
+    stores[1].append(copy.record)
+    lines = [s.path.read_bytes() for s in stores]
+    want = json.dumps(record.to_json(), ensure_ascii=False, sort_keys=True, default=str) + "\n"
+    assert lines[0] == lines[1] == want.encode("utf-8")
+    assert ResultStore(tmp_path / "a").unique_records() == [record]
 
 
 def test_schema_1_records_are_read() -> None:
@@ -123,7 +146,7 @@ def test_resume_recomputes_another_dtype_or_kernel_and_says_so(
     monkeypatch.delenv("LAMPE_EVAL_KERNEL")
     bf16, warnings = go(torch.bfloat16)
     assert bf16.computed == 3 and "bfloat16" in warnings[0]
-    engines = {r["engine"]["dtype"] for r in ResultStore(out).unique_records()}
+    engines = {r.engine["dtype"] for r in ResultStore(out).unique_records()}
     assert engines == {"bfloat16"}  # the latest record of each sample wins
 
 

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 import tests.fakebench  # noqa: F401  (registers "fake")
 from lampe_eval.cli import app
 from lampe_eval.errors import LampeEvalError
+from lampe_eval.records import SampleRecord
 from lampe_eval.report import LEADERBOARD_COLUMNS, build_report
 from lampe_eval.report.data import load_records, task_scores, variant_labels
 from lampe_eval.report.leaderboard import leaderboard_rows
@@ -27,7 +28,6 @@ from lampe_eval.report.paper import (
     validate_spec,
 )
 from lampe_eval.report.tables import generic_tables, to_csv, to_latex, to_markdown
-from lampe_eval.runner.records import SampleRecord
 from lampe_eval.runner.store import ResultStore
 
 ROOT = Path(__file__).resolve().parents[1] / "lampe_eval" / "resources"
@@ -101,7 +101,7 @@ def store(tmp_path: Path) -> Path:
     s = ResultStore(out)
     for (method, length), ppl in PPL.items():
         for i in range(2):
-            s.append(pg19_record("llama3-8b-instruct", method, length, i, ppl))
+            s.append_json(pg19_record("llama3-8b-instruct", method, length, i, ppl))
     for method, variant, base in (
         ("rope", {}, 40.0),
         ("selfextend", {"group_size": 4}, 50.0),
@@ -112,9 +112,9 @@ def store(tmp_path: Path) -> Path:
             for length in (1024, 2048):
                 for i, tokens in enumerate((500, 900, 1500, 2000)):
                     score = base + bonus - (5.0 if length == 2048 else 0.0) + (10.0 if tokens < 1000 else 0.0)
-                    s.append(fake_record(method, variant, task, length, i, score, min(tokens, length)))
+                    s.append_json(fake_record(method, variant, task, length, i, score, min(tokens, length)))
     # a duplicate key written twice (e.g. a store merged from two runs): the last one wins
-    s.append({**pg19_record("llama3-8b-instruct", "rope", 4096, 0, 8.0)})
+    s.append_json({**pg19_record("llama3-8b-instruct", "rope", 4096, 0, 8.0)})
     with open(s.path, "ab") as handle:
         handle.write(b'{"key": "torn')
     return out
@@ -371,7 +371,7 @@ def errbench_store(out: Path) -> Path:
     for method, err in (("rope", 30.0), ("lampe", 10.0), ("mystery", 20.0)):
         for i in range(3):
             record = fake_record(method, {}, "one", 1024, i, err + i, 500)
-            s.append({**record, "benchmark": "errbench", "scores": {"err": err + i}})
+            s.append_json({**record, "benchmark": "errbench", "scores": {"err": err + i}})
     return out
 
 
@@ -404,6 +404,47 @@ def test_report_import_gives_a_plugin_benchmark_its_declared_direction(tmp_path)
     assert missing.exit_code != 0 and "cannot import no_such_module_x" in missing.output
 
 
+def test_report_import_registers_a_format_of_its_own(store, tmp_path):
+    import sys
+
+    from lampe_eval.report import REPORT_FORMATS
+
+    args = ["report", str(store), "--no-plots", "--resamples", "0"]
+    if "tests.reportformat" not in sys.modules:  # (a session that imported it knows it already)
+        unknown = CliRunner().invoke(app, [*args, "--format", "scores-json", "--out", str(tmp_path / "x")])
+        assert unknown.exit_code != 0 and "bad --format 'scores-json'" in unknown.output, unknown.output
+    out = tmp_path / "out"
+    imports = ["--import", "tests.reportformat"]
+    result = CliRunner().invoke(app, [*args, "--format", "md,scores-json", "--out", str(out), *imports])
+    assert result.exit_code == 0, result.output
+    assert "| method |" in result.output and "scores.json" in result.output
+    rows = json.loads((out / "scores.json").read_text())
+    assert {(r["method"], r["task"]) for r in rows} >= {("rope", "pg19"), ("lampe", "alpha")}
+    assert (out / "tables.md").exists() and (out / "leaderboard.csv").exists()
+    assert "scores-json" in REPORT_FORMATS.names() and REPORT_FORMATS.names()[:5] == [
+        "md", "latex", "csv", "leaderboard", "html"
+    ]  # fmt: skip
+
+
+def test_a_report_format_must_declare_its_files_and_writer():
+    from lampe_eval.registry import Registry
+    from lampe_eval.report.formats import ReportFormat, _check_format
+
+    formats: Registry[ReportFormat] = Registry("report format", check=_check_format)
+
+    class NoWriter(ReportFormat):
+        files = ("x.txt",)
+
+    class NoFiles(ReportFormat):
+        def write(self, inputs):
+            return []
+
+    with pytest.raises(TypeError, match="must implement write"):
+        formats.register("nowriter")(NoWriter)
+    with pytest.raises(TypeError, match="must declare the files it writes"):
+        formats.register("nofiles")(NoFiles)
+
+
 def test_methods_declare_their_order_baseline_and_highlight(store, tmp_path):
     from lampe_eval.methods import METHODS
     from lampe_eval.report.data import Presentation, Variant, baseline_variant, method_order
@@ -433,3 +474,16 @@ def test_methods_declare_their_order_baseline_and_highlight(store, tmp_path):
         app, ["report", str(store), "-o", str(tmp_path / "c"), "--baseline", "nope", "--highlight", "lampe"]
     )
     assert result.exit_code == 0 and "warning: --baseline nope: no records of method 'nope'" in result.output
+
+
+def test_the_report_reads_records_without_the_runner():
+    """The record type and its readers lie below both: nothing in report/ (or records.py) imports runner/."""
+    import ast
+
+    package = Path(__file__).resolve().parents[1] / "lampe_eval"
+    found = []
+    for path in [*sorted((package / "report").glob("*.py")), package / "records.py"]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and "runner" in (node.module or "").split("."):
+                found.append(f"{path.name}:{node.lineno}")
+    assert not found, found

@@ -141,13 +141,13 @@ def test_torn_last_line_is_skipped_and_the_next_record_starts_clean(tmp_path):
     from lampe_eval.runner.store import ResultStore
 
     store = ResultStore(tmp_path)
-    store.append({"key": "a", "scores": {}})
+    store.append_json({"key": "a", "scores": {}})
     with open(store.path, "ab") as handle:
         handle.write(b'{"key": "b", "sco')  # a writer killed mid-line
     store = ResultStore(tmp_path)
     assert [r["key"] for r in store.records()] == ["a"]
     assert not store.is_done("b")
-    store.append({"key": "b", "scores": {}})
+    store.append_json({"key": "b", "scores": {}})
     assert [r["key"] for r in ResultStore(tmp_path).records()] == ["a", "b"]
     assert len(store.path.read_text().splitlines()) == 3
 
@@ -164,7 +164,7 @@ def test_concurrent_appenders_never_interleave(tmp_path):
         if pid == 0:  # pragma: no cover - child
             try:
                 for i in range(5):
-                    store.append({"key": f"{writer}-{i}", "blob": payload})
+                    store.append_json({"key": f"{writer}-{i}", "blob": payload})
             finally:
                 os._exit(0)
         pids.append(pid)

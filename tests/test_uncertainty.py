@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 
 from lampe_eval.benchmarks import BENCHMARKS
+from lampe_eval.records import SampleRecord
 from lampe_eval.report import LEADERBOARD_COLUMNS, BootstrapSettings, build_report
 from lampe_eval.report.data import TaskScore, Variant, load_records, task_scores
 from lampe_eval.report.leaderboard import comparison_rows, leaderboard_rows
 from lampe_eval.report.paper import compare, load_paper_table
 from lampe_eval.report.tables import CSV_COLUMNS, generic_tables, to_csv, to_latex, to_markdown
 from lampe_eval.report.uncertainty import Bootstrap
-from lampe_eval.runner.records import SampleRecord
 from tests.reportstore import pg19_scores, write_store
 
 # (benchmark, task) -> per-sample scores as the benchmark's `score` returns them

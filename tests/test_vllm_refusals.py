@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from lampe_eval.backends import vllm as vllm_backend
 from lampe_eval.cli import app
-from lampe_eval.runner.records import engine_identity
+from lampe_eval.records import engine_identity
 
 
 def run(*args: str) -> tuple[int, str]:

@@ -54,10 +54,10 @@ def _report_formats() -> str:
     from ..report import REPORT_FORMATS
 
     def named(formats: list[str]) -> str:
-        return ", ".join(f"{name} ({REPORT_FORMATS[name].files[0]})" for name in formats)
+        return ", ".join(f"{name} ({REPORT_FORMATS.get(name).files[0]})" for name in formats)
 
-    chosen = [name for name, f in REPORT_FORMATS.items() if not f.always]
-    always = [name for name, f in REPORT_FORMATS.items() if f.always]
+    chosen = [name for name in REPORT_FORMATS.names() if not REPORT_FORMATS.get(name).always]
+    always = [name for name in REPORT_FORMATS.names() if REPORT_FORMATS.get(name).always]
     return f"{named(chosen)}; comma-separate. {named(always)} comes always"
 
 

@@ -20,7 +20,7 @@ def _check(formats: list[str], fmt: str, resamples: int, sample_mb: float | None
 
     bad = [f for f in formats if f not in REPORT_FORMATS]
     if bad or not formats:
-        raise LampeEvalError(f"bad --format {fmt!r}: use {', '.join(REPORT_FORMATS)}")
+        raise LampeEvalError(f"bad --format {fmt!r}: use {', '.join(REPORT_FORMATS.names())}")
     if resamples < 0:
         raise LampeEvalError(f"--resamples must be 0 (no intervals) or more, got {resamples}")
     if sample_mb is not None and sample_mb < 0:
@@ -29,7 +29,9 @@ def _check(formats: list[str], fmt: str, resamples: int, sample_mb: float | None
 
 def report_command(
     results: list[Path] = typer.Argument(..., help="Results directories (searched for records.jsonl)."),
-    fmt: str = typer.Option("md", "--format", "-f", help="{report_formats}."),
+    fmt: str = typer.Option(
+        "md", "--format", "-f", help="{report_formats}; or one an --import module registers."
+    ),
     out: Annotated[Path | None, out_option("Output directory (default RESULTS/report).")] = None,
     paper: list[str] = typer.Option(
         None, "--paper", help="Paper table(s) to compare with: table1, table2, ruler, ppl."
@@ -81,8 +83,8 @@ def report_command(
 
     formats = split_list([fmt])
     try:
+        import_plugins(split_list(imports))  # first: a module may register a format
         _check(formats, fmt, resamples, sample_mb)
-        import_plugins(split_list(imports))
         report = build_report(
             results,
             out or results[0] / "report",

@@ -21,8 +21,7 @@ from typing import Any
 
 from ..benchmarks.base import Metric, aggregate, metric_of
 from ..errors import LampeEvalError
-from ..runner.records import SampleRecord
-from ..runner.store import RECORDS_FILE, Problems, valid_records
+from ..records import RECORDS_FILE, Problems, SampleRecord, last_per_key, read_records
 
 
 @dataclass(frozen=True)
@@ -94,27 +93,23 @@ def load_records(paths: Iterable[str | Path], warnings: list[str] | None = None)
     Unreadable lines and records with a field of the wrong type are skipped; each file that had some
     (or nothing readable) adds one line to ``warnings``. Nothing readable at all is an error.
     """
-    by_key: dict[str, SampleRecord] = {}
+    records: list[SampleRecord] = []
     empty: list[str] = []
     notes: list[str] = []
     for path in record_files(paths):
         problems = Problems()
-        count = 0
-        for raw in valid_records(path, problems):
-            count += 1
-            record = SampleRecord.from_json(raw)
-            by_key.pop(record.key, None)
-            by_key[record.key] = record
-        if count == 0:
+        count = len(records)
+        records.extend(read_records(path, problems))
+        if len(records) == count:
             what = "is empty" if problems.lines == 0 else f"has no readable record: {problems.summary()}"
             empty.append(f"{path} {what}")
         elif problems.summary():
             notes.append(f"{path}: {problems.summary()}")
-    if not by_key:
+    if not records:
         raise LampeEvalError("no results to report: " + "; ".join(empty))
     if warnings is not None:
         warnings.extend(notes + empty)
-    return list(by_key.values())
+    return list(last_per_key(records).values())
 
 
 def setting_of(record: SampleRecord) -> str:

@@ -21,11 +21,10 @@ from typing import Any
 import numpy as np
 
 from ..benchmarks.base import benchmark_class, metric_of
-from ..fileio import atomic_path
 from ..lengths import format_length
-from ..runner.records import SampleRecord
+from ..records import SampleRecord
 from .data import Variant, mean, method_order, variant_labels, variant_of
-from .plots import Plot, plt
+from .figure import Plot, panels, plt, save_figure
 from .tables import slug
 
 BUCKETS = 10
@@ -119,14 +118,7 @@ def draw_depth_grids(grids: Sequence[DepthGrid], path: Path) -> Path:
         low, high = min(numbers, default=0.0), max(numbers, default=1.0)
     higher = metric_of(first.benchmark, first.metric).higher_is_better
     cols = min(len(grids), 3)
-    rows = math.ceil(len(grids) / cols)
-    fig, grid_axes = plt.subplots(
-        rows, cols, figsize=(4.4 * cols + 1.2, 3.9 * rows), squeeze=False, layout="constrained"
-    )
-    flat = [ax for row in grid_axes for ax in row]
-    for ax in flat[len(grids) :]:
-        ax.set_visible(False)
-    axes = flat[: len(grids)]
+    fig, axes = panels(len(grids), 4.4, 3.9, pad=1.2, layout="constrained")
     cmap = plt.get_cmap("RdYlGn" if higher else "RdYlGn_r").with_extremes(bad="#dddddd")
     image = None
     for ax, grid in zip(axes, grids, strict=True):
@@ -145,13 +137,9 @@ def draw_depth_grids(grids: Sequence[DepthGrid], path: Path) -> Path:
         if first_column:
             ax.set_ylabel("needle depth (0% = start of the context)")
     arrow = "higher" if higher else "lower"
+    assert image is not None  # (grids is never empty)
     fig.colorbar(image, ax=axes, shrink=0.8, label=f"mean {first.metric or 'score'} ({arrow} is better)")
-    try:
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, dpi=120, format="png")
-    finally:
-        plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def depth_plots(records: Sequence[SampleRecord], out: Path, buckets: int = BUCKETS) -> list[Plot]:

@@ -42,8 +42,9 @@ from markupsafe import Markup
 from ..benchmarks.base import metric_of
 from ..fileio import atomic_write_text
 from ..lengths import format_length
-from ..runner.records import SampleRecord
+from ..records import SampleRecord
 from .data import variant_labels, variant_of
+from .figure import Plot
 from .tables import SAME_AS_BASELINE, SAME_AS_BEST, Cell, Table, slug
 
 PREDICTION_CHARS = 4000  # longer predictions (and references) are cut in the page, saying how much
@@ -58,7 +59,7 @@ class HtmlInputs:
     paper_tables: list[Table] = field(default_factory=list)
     leaderboard: list[dict[str, Any]] = field(default_factory=list)
     comparisons: list[dict[str, Any]] = field(default_factory=list)
-    plots: list[Any] = field(default_factory=list)  # report.plots.Plot
+    plots: list[Plot] = field(default_factory=list)
     positions: list[tuple[str, bytes]] = field(default_factory=list)  # (model, PNG)
     records: list[SampleRecord] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -412,23 +413,31 @@ def _section(title: str, anchor: str, body: list[str]) -> dict[str, Any]:
     return {"title": title, "anchor": anchor, "body": Markup("\n".join(body))}
 
 
-def render_html(inputs: HtmlInputs, sample_limit: int = 500) -> str:
-    nav: list[tuple[str, str]] = []
-    sections: list[dict[str, Any]] = []
+def _benchmark_bodies(inputs: HtmlInputs) -> dict[str, list[str]]:
+    """Per benchmark, in the tables' order: its tables under their section headings, then its own plots."""
     by_benchmark: dict[str, list[Table]] = {}
     for table in inputs.tables:
         by_benchmark.setdefault(table.section.split(" | ")[0] or table.title, []).append(table)
+    bodies: dict[str, list[str]] = {}
     for benchmark, tables in by_benchmark.items():
-        body: list[str] = []
+        body = bodies[benchmark] = []
         current = None
         for table in tables:
             if table.section != current:
                 current = table.section
                 body.append(f"<h3>{esc(current)}</h3>")
             body.append(table_html(table))
-        for plot in inputs.plots:
-            if plot.benchmarks == (benchmark,):
-                body.append(_figure(plot.path.read_bytes(), plot.caption))
+        body += [
+            _figure(p.path.read_bytes(), p.caption) for p in inputs.plots if p.benchmarks == (benchmark,)
+        ]
+    return bodies
+
+
+def render_html(inputs: HtmlInputs, sample_limit: int = 500) -> str:
+    nav: list[tuple[str, str]] = []
+    sections: list[dict[str, Any]] = []
+    by_benchmark = _benchmark_bodies(inputs)
+    for benchmark, body in by_benchmark.items():
         anchor = "bench-" + slug(benchmark)
         nav.append((anchor, benchmark))
         sections.append(_section(benchmark, anchor, body))

@@ -14,37 +14,23 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import matplotlib
 import matplotlib.ticker
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from ..benchmarks.base import BENCHMARKS, benchmark_class, metric_of  # noqa: E402
-from ..fileio import atomic_path  # noqa: E402
-from ..lengths import format_length  # noqa: E402
-from ..runner.records import SampleRecord  # noqa: E402
-from .data import DECLARED, Presentation, TaskScore, mean, method_order, variant_labels, variant_of  # noqa: E402
-from .tables import benchmark_score  # noqa: E402
+from ..benchmarks.base import BENCHMARKS, benchmark_class, metric_of
+from ..lengths import format_length
+from ..records import SampleRecord
+from .data import DECLARED, Presentation, TaskScore, mean, method_order, variant_labels, variant_of
+from .depth import depth_plots
+from .figure import Plot, panels, save_figure
+from .tables import benchmark_score
 
 
 def bucket_benchmarks() -> list[str]:
     """The registered benchmarks that take part in the bucket plot."""
     return [name for name in BENCHMARKS.names() if BENCHMARKS.get(name).bucket_plot]
-
-
-def _panels(count: int) -> tuple[Any, list[Any]]:
-    cols = min(count, 3)
-    rows = math.ceil(count / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 3.8 * rows), squeeze=False)
-    flat = [ax for row in axes for ax in row]
-    for ax in flat[count:]:
-        ax.set_visible(False)
-    return fig, flat[:count]
 
 
 def plot_by_length(
@@ -57,7 +43,7 @@ def plot_by_length(
     models = sorted({s.model for s in mine})
     labels = variant_labels(s.variant for s in mine)
     metric = mine[0].metric_info()
-    fig, axes = _panels(len(models))
+    fig, axes = panels(len(models), 5.2, 3.8)
     for ax, model in zip(axes, models, strict=True):
         cells: dict[tuple[Any, int], dict[str, TaskScore]] = defaultdict(dict)
         for s in mine:
@@ -67,17 +53,11 @@ def plot_by_length(
         lengths = sorted({n for _, n in cells})
         top = 0.0
         for variant in method_order({v for v, _ in cells}, presentation):
-            xs, ys = [], []
-            for n in lengths:
-                value = benchmark_score(cells.get((variant, n), {}), tasks)
-                if value is not None and math.isfinite(value):
-                    xs.append(n)
-                    ys.append(value)
+            xs, ys = score_line([cells.get((variant, n), {}) for n in lengths], lengths, tasks)
             top = max([top, *ys])
             if xs:
-                style = (
-                    {"linewidth": 2.5, "color": "black"} if presentation.highlighted(variant.method) else {}
-                )
+                highlighted = presentation.highlighted(variant.method)
+                style: dict[str, Any] = {"linewidth": 2.5, "color": "black"} if highlighted else {}
                 ax.plot(xs, ys, marker="o", label=labels[variant], **style)
         ax.set_xscale("log", base=2)
         ax.set_xticks(lengths, [format_length(n) for n in lengths])
@@ -96,12 +76,20 @@ def plot_by_length(
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    try:
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, dpi=120, format=path.suffix.lstrip(".") or "png")
-    finally:
-        plt.close(fig)
-    return path
+    return save_figure(fig, path)
+
+
+def score_line(
+    cells: Sequence[dict[str, TaskScore]], lengths: Sequence[int], tasks: Sequence[str]
+) -> tuple[list[int], list[float]]:
+    """One method's points: the lengths whose benchmark score over ``tasks`` is a finite number."""
+    xs, ys = [], []
+    for n, cell in zip(lengths, cells, strict=True):
+        value = benchmark_score(cell, tasks)
+        if value is not None and math.isfinite(value):
+            xs.append(n)
+            ys.append(value)
+    return xs, ys
 
 
 def bucket_edges(model: str, edges: Sequence[int] | None) -> list[int]:
@@ -155,7 +143,7 @@ def plot_by_bucket(
         return None
     models = sorted({r.model for r in mine})
     labels = variant_labels(variant_of(r) for r in mine)
-    fig, axes = _panels(len(models))
+    fig, axes = panels(len(models), 5.2, 3.8)
     for ax, model in zip(axes, models, strict=True):
         cuts = bucket_edges(model, edges)
         # (variant, length) -> bucket -> task -> headline scores
@@ -194,19 +182,7 @@ def plot_by_bucket(
         ax.grid(True, axis="y", alpha=0.3)
         ax.legend(fontsize=7)
     fig.tight_layout()
-    try:
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, dpi=120, format=path.suffix.lstrip(".") or "png")
-    finally:
-        plt.close(fig)
-    return path
-
-
-@dataclass(frozen=True)
-class Plot:
-    path: Path
-    benchmarks: tuple[str, ...]  # what it shows
-    caption: str
+    return save_figure(fig, path)
 
 
 def make_plots(
@@ -232,7 +208,5 @@ def make_plots(
         if made:
             what = ", ".join(present)
             plots.append(Plot(made, tuple(present), f"{what}: mean score by input-length bucket, per method"))
-    from .depth import depth_plots  # (it imports this module)
-
     plots.extend(depth_plots(records, out))
     return plots

@@ -26,7 +26,7 @@ from ..attention.reference import relative_positions
 from ..errors import LampeEvalError
 from ..fileio import atomic_write_bytes
 from ..lengths import format_length
-from ..runner.records import SampleRecord
+from ..records import SampleRecord
 
 DEFAULT_RESOLUTION = 384  # rows and columns of the heat map (sampled beyond this many tokens)
 

@@ -282,14 +282,9 @@ def generic_tables(
         mine: list[Table] = []
         if len(tasks) > 1:
             for length in lengths:
-                rows = []
-                for v in variants:
-                    per = cells.get((v, length))
-                    if not per:
-                        continue
-                    row = [Cell(per[t].score, parts=(per[t],)) if t in per else Cell() for t in tasks]
-                    row.append(_average_cell(benchmark_score(per, tasks), per, tasks))
-                    rows.append((labels[v], row))
+                rows = by_task_rows(
+                    [cells.get((v, length)) for v in variants], [labels[v] for v in variants], tasks
+                )
                 mine.append(
                     Table(
                         key=slug(benchmark, model, format_length(length)),
@@ -315,6 +310,20 @@ def generic_tables(
                 add_uncertainty(table, bootstrap)
         tables.extend(mine)
     return tables
+
+
+def by_task_rows(
+    results: Sequence[dict[str, TaskScore] | None], labels: Sequence[str], tasks: Sequence[str]
+) -> list[tuple[str, list[Cell]]]:
+    """One length's rows: per method (that has results there) a cell per task, then their average."""
+    rows = []
+    for label, per in zip(labels, results, strict=True):
+        if not per:
+            continue
+        row = [Cell(per[t].score, parts=(per[t],)) if t in per else Cell() for t in tasks]
+        row.append(_average_cell(benchmark_score(per, tasks), per, tasks))
+        rows.append((label, row))
+    return rows
 
 
 def _average_cell(value: float | None, per: dict[str, TaskScore], tasks: Sequence[str]) -> Cell:

@@ -10,7 +10,9 @@ job is held by another run; ``Ready``/``Dead`` are a worker process's start-up h
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
+
+from ..records import SampleRecord
 
 
 @dataclass(frozen=True)
@@ -31,11 +33,11 @@ class Started:
 
 @dataclass(frozen=True)
 class Computed:
-    """A finished sample's record (``SampleRecord.to_json()``), not yet stored."""
+    """A finished sample's record, not yet stored."""
 
     kind: ClassVar[str] = "record"
     unit: str
-    record: dict[str, Any]
+    record: SampleRecord
 
 
 @dataclass(frozen=True)
@@ -47,13 +49,13 @@ class Stored:
     key: str
     scores: dict[str, float]
     seconds: float
-    record: dict[str, Any] | None = field(default=None, compare=False)
+    record: SampleRecord | None = field(default=None, compare=False)
 
     @classmethod
     def of(cls, event: Computed, keep_record: bool = True) -> Stored:
         record = event.record
         kept = record if keep_record else None
-        return cls(event.unit, str(record["key"]), dict(record["scores"]), float(record["seconds"]), kept)
+        return cls(event.unit, record.key, dict(record.scores), float(record.seconds), kept)
 
 
 @dataclass(frozen=True)

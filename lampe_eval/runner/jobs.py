@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..lengths import format_length
-from .records import StoredSample
+from ..records import StoredSample
 
 
 @dataclass(frozen=True)

@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import LampeEvalError
+from ..records import StoredSample
 from .claims import Claims
 from .events import Event, Failed, Skipped, Stored
 from .experiment import Experiment, RunSettings, check_settings, prepare_output
 from .jobs import Job, WorkUnit, make_units
 from .pool import Handle, InlineHandle, ProcessHandle, drive
-from .records import StoredSample
 from .store import ResultStore
 from .worker import WorkerConfig, git_revision, unit_id
 
@@ -83,12 +83,11 @@ def summarize(
     wanted = {job.key(): job for job in jobs}
     scores: dict[str, list[tuple[int, dict[str, float]]]] = defaultdict(list)
     for record in store.unique_records():
-        job = wanted.get(record["job_key"])
-        if job is None or (confirmed is not None and record["key"] not in confirmed):
+        job = wanted.get(record.job_key)
+        if job is None or (confirmed is not None and record.key not in confirmed):
             continue
-        index = record["index"]
-        if job.limit is None or index < job.limit:
-            scores[job.key()].append((index, record["scores"]))
+        if job.limit is None or record.index < job.limit:
+            scores[job.key()].append((record.index, record.scores))
     out: dict[str, dict[str, float]] = {}
     for key, items in scores.items():
         job = wanted[key]

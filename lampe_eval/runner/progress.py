@@ -85,33 +85,45 @@ class RunProgress:
             self.counts[uid] = [0, 0.0]
             self.tasks[uid] = self.progress.add_task(event.describe, total=event.total)
         elif isinstance(event, Stored):
-            self.samples += 1
-            if uid in self.counts:
-                self.counts[uid][0] += 1
-                self.counts[uid][1] += event.seconds
-            if uid in self.tasks:
-                self.progress.advance(self.tasks[uid])
+            self._stored(uid, event.seconds)
         elif isinstance(event, Skipped):
-            self.skipped += 1
-            task_id = self.tasks.get(uid)
-            if task_id is not None:
-                # Progress.tasks is a list in creation order, not indexed by id once tasks were removed
-                total = next((t.total for t in self.progress.tasks if t.id == task_id), None)
-                if total:  # the bar counts new samples only
-                    self.progress.update(task_id, total=total - 1)
+            self._skipped(uid)
         elif isinstance(event, (Finished, Failed)):
-            task_id = self.tasks.pop(uid, None)
-            if task_id is not None:
-                self.progress.remove_task(task_id)
-            self.progress.advance(self.overall)
-            describe = self.describe.get(uid) or uid or "worker"
-            if isinstance(event, Failed):
-                self.failed += 1
-                self.log(f"FAILED {describe}: {event.error}")
-            else:
-                count, seconds = self.counts.get(uid, [0, 0.0])
-                speed = f", {seconds / count:.1f} s/sample" if count else ""
-                self.log(f"done {describe} ({count} new sample(s){speed})")
+            self._ended(uid, event)
+        self._update_overall()
+
+    def _stored(self, uid: str, seconds: float) -> None:
+        self.samples += 1
+        if uid in self.counts:
+            self.counts[uid][0] += 1
+            self.counts[uid][1] += seconds
+        if uid in self.tasks:
+            self.progress.advance(self.tasks[uid])
+
+    def _skipped(self, uid: str) -> None:
+        self.skipped += 1
+        task_id = self.tasks.get(uid)
+        if task_id is not None:
+            # Progress.tasks is a list in creation order, not indexed by id once tasks were removed
+            total = next((t.total for t in self.progress.tasks if t.id == task_id), None)
+            if total:  # the bar counts new samples only
+                self.progress.update(task_id, total=total - 1)
+
+    def _ended(self, uid: str, event: Finished | Failed) -> None:
+        task_id = self.tasks.pop(uid, None)
+        if task_id is not None:
+            self.progress.remove_task(task_id)
+        self.progress.advance(self.overall)
+        describe = self.describe.get(uid) or uid or "worker"
+        if isinstance(event, Failed):
+            self.failed += 1
+            self.log(f"FAILED {describe}: {event.error}")
+        else:
+            count, seconds = self.counts.get(uid, [0, 0.0])
+            speed = f", {seconds / count:.1f} s/sample" if count else ""
+            self.log(f"done {describe} ({count} new sample(s){speed})")
+
+    def _update_overall(self) -> None:
         self.progress.update(
             self.overall,
             description=f"all jobs ({self.samples} new, {self.skipped} resumed"

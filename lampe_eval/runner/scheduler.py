@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from ..records import StoredSample
 from .jobs import Job, WorkUnit
-from .records import StoredSample
 
 Group = tuple[str, str, str]
 DoneState = tuple[frozenset[str], Mapping[str, StoredSample]]  # sample ids, what made their records

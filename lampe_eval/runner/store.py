@@ -6,12 +6,10 @@ mid-write can leave at most one torn line: readers skip it and the next writer s
 line, so a crash loses at most the sample in flight and never corrupts finished ones. The lock is
 released by the kernel when its holder dies.
 
-One line is one :class:`~lampe_eval.runner.records.SampleRecord` (its type is the schema; readers ignore
-fields they do not know). What a resume compares of a stored record is its sample fingerprint and its
-engine identity (:class:`~lampe_eval.runner.records.StoredSample`).
-
-Readers skip lines that are not JSON objects (a torn line) and records whose fields have the wrong
-type (:func:`check_record`), and count what they skipped (:class:`Problems`).
+One line is one :class:`~lampe_eval.records.SampleRecord` (its type is the schema; readers ignore
+fields they do not know; :mod:`lampe_eval.records` reads the file for the reports too). What a resume
+compares of a stored record is its sample fingerprint and its engine identity
+(:class:`~lampe_eval.records.StoredSample`).
 """
 
 from __future__ import annotations
@@ -21,87 +19,38 @@ import errno
 import json
 import os
 from collections import defaultdict
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..errors import LampeEvalError
-from .records import StoredSample, check_record, engine_identity
+from ..records import (
+    RECORDS_FILE,
+    Problems,
+    SampleRecord,
+    StoredSample,
+    StoreError,
+    check_record,
+    iter_records,
+    last_per_key,
+    parse_line,
+    read_records,
+    valid_records,
+)
 
 try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows: single writer only
     fcntl = None  # type: ignore[assignment]
 
-RECORDS_FILE = "records.jsonl"
-TEXT_FIELDS = ("key", "job_key", "model", "method", "benchmark", "task")
-
-
-@dataclass
-class Problems:
-    """What a reader skipped: unreadable lines (torn by a kill, or garbage) and records with a field of
-    the wrong type (the first reason is kept, with its line number)."""
-
-    lines: int = 0  # lines read
-    unreadable: int = 0
-    invalid: int = 0
-    first_invalid: str = ""
-
-    def note_invalid(self, line: int, reason: str) -> None:
-        self.invalid += 1
-        if not self.first_invalid:
-            self.first_invalid = f"line {line}: {reason}"
-
-    def summary(self) -> str | None:
-        """One line, or None when nothing was skipped."""
-        parts = []
-        if self.unreadable:
-            parts.append(f"{self.unreadable} unreadable line(s)")
-        if self.invalid:
-            parts.append(f"{self.invalid} record(s) with a field of the wrong type ({self.first_invalid})")
-        return "skipped " + " and ".join(parts) if parts else None
-
-
-def _parse(line: bytes) -> dict[str, Any] | None:
-    try:
-        record = json.loads(line)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return None  # a torn line from a killed writer, or garbage
-    return record if isinstance(record, dict) else None
-
-
-def iter_records(path: Path, problems: Problems | None = None) -> Iterator[dict[str, Any]]:
-    """Every parsable record of a JSONL file, in file order (torn lines skipped, and counted in
-    ``problems`` when given)."""
-    if not path.exists():
-        return
-    if not path.is_file():
-        raise StoreError(f"{path} is a directory, not a file: move it out of the way")
-    with path.open("rb") as handle:
-        for raw in handle:
-            line = raw.strip()
-            if not line:
-                continue
-            if problems is not None:
-                problems.lines += 1
-            record = _parse(line)
-            if record is None:
-                if problems is not None:
-                    problems.unreadable += 1
-                continue
-            yield record
-
-
-def valid_records(path: Path, problems: Problems | None = None) -> Iterator[dict[str, Any]]:
-    """The records of a JSONL file that pass :func:`check_record` (the others counted in ``problems``)."""
-    problems = problems if problems is not None else Problems()
-    for record in iter_records(path, problems):
-        reason = check_record(record)
-        if reason is None:
-            yield record
-        else:
-            problems.note_invalid(problems.lines, reason)
+__all__ = [
+    "RECORDS_FILE",
+    "Problems",
+    "ResultStore",
+    "StoreError",
+    "iter_records",
+    "store_error",
+    "valid_records",
+]
 
 
 class ResultStore:
@@ -145,31 +94,26 @@ class ResultStore:
         if not line:
             return
         self.problems.lines += 1
-        record = _parse(line)
-        if record is None:
+        data = parse_line(line)
+        if data is None:
             self.problems.unreadable += 1
             return
-        reason = check_record(record)
+        reason = check_record(data)
         if reason is not None:
             self.problems.note_invalid(self.problems.lines, reason)
             return
-        self._keys.add(record["key"])
-        stored = StoredSample(
-            record.get("sample_fingerprint"), engine_identity(record.get("engine"), record.get("device"))
-        )
-        self._done[record["job_key"]][str(record["sample_id"])] = stored
+        record = SampleRecord.from_json(data)
+        self._keys.add(record.key)
+        self._done[record.job_key][str(record.sample_id)] = StoredSample.of(record)
 
-    def records(self) -> Iterator[dict[str, Any]]:
-        """All parsable records in file order, duplicates included (see :meth:`unique_records`)."""
+    def records(self) -> Iterator[dict[str, object]]:
+        """Every parsable line in file order as written (unchecked; duplicates included): the file's
+        raw content. The typed records are :meth:`unique_records`."""
         return iter_records(self.path)
 
-    def unique_records(self) -> list[dict[str, Any]]:
+    def unique_records(self) -> list[SampleRecord]:
         """One valid record per key (the last one written wins)."""
-        by_key: dict[str, dict[str, Any]] = {}
-        for record in valid_records(self.path):
-            by_key.pop(record["key"], None)
-            by_key[record["key"]] = record
-        return list(by_key.values())
+        return list(last_per_key(read_records(self.path)).values())
 
     def done_by_job(self) -> dict[str, set[str]]:
         """job key -> finished sample ids."""
@@ -186,9 +130,14 @@ class ResultStore:
     def __len__(self) -> int:
         return len(self._keys)
 
-    def append(self, record: dict[str, Any]) -> None:
+    def append(self, record: SampleRecord) -> None:
         """Append one record (one locked write + fsync). A failed write (no space left, an I/O error) is cut
         back off the file, so the store keeps only whole records, and is one line naming the file."""
+        self.append_json(record.to_json())
+
+    def append_json(self, record: Mapping[str, Any]) -> None:
+        """Append one line as it is given (:meth:`append` of a record's JSON form; tests write damaged or
+        old-schema lines with it)."""
         line = (json.dumps(record, ensure_ascii=False, sort_keys=True, default=str) + "\n").encode("utf-8")
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
@@ -212,10 +161,6 @@ class ResultStore:
         finally:
             os.close(fd)
         self._keys.add(record["key"])
-
-
-class StoreError(LampeEvalError):
-    """The results directory cannot be written (a file where a directory belongs, no space, I/O)."""
 
 
 def store_error(path: Path, err: OSError) -> StoreError:

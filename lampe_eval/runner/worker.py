@@ -19,11 +19,11 @@ from typing import Any
 
 from ..backends import Backend, create_backend
 from ..backends.rounds import Evaluated
-from ..benchmarks.base import Sample
+from ..benchmarks.base import Benchmark, Sample
+from ..records import SampleRecord, describe_identity, engine_identity
 from .events import Computed, Event, Failed, Finished, Loading, Skipped, Started, Warned
 from .experiment import RunSettings
 from .jobs import Job, WorkUnit
-from .records import SampleRecord, describe_identity, engine_identity
 
 
 def git_revision() -> str:
@@ -220,14 +220,14 @@ class Worker:
 
     def _record(
         self,
-        bench: Any,
+        bench: Benchmark,
         uid: str,
         job: Job,
         stamp: RecordStamp,
         index: int,
         sample: Sample,
         fingerprint: str,
-        done: Evaluated[Any],
+        done: Evaluated[tuple[int, Sample, str]],
     ) -> Computed:
         """The ``record`` event of one evaluated sample; its ``seconds`` is its share of the time of the
         batches its requests ran in."""
@@ -266,7 +266,7 @@ class Worker:
             engine=stamp.engine,
             meta={k: v for k, v in sample.meta.items() if k != "stop"},
         )
-        return Computed(uid, record.to_json())
+        return Computed(uid, record)
 
 
 def failure_line(err: Exception) -> str:

@@ -10,8 +10,8 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, TypeVar
 
+from ..records import SampleRecord
 from ..runner.experiment import RunSettings
-from ..runner.records import SampleRecord
 from ..runner.store import ResultStore
 
 if TYPE_CHECKING:
@@ -54,8 +54,7 @@ def job_records(
     """The stored records of the jobs in ``points`` (job key -> what the job measures), their first
     ``limit`` samples in sample order; a point lacking some of them (an interrupted run) is left out."""
     grouped: dict[Point, list[SampleRecord]] = {}
-    for data in store.unique_records():
-        record = SampleRecord.from_json(data)
+    for record in store.unique_records():
         point = points.get(record.job_key)
         if point is not None and record.index < limit:
             grouped.setdefault(point, []).append(record)

@@ -45,8 +45,8 @@ from .common import job_records, load_backend, on_model, resolve_jobs, short_has
 if TYPE_CHECKING:
     from ..backends import Backend
     from ..models import LoadedModel
+    from ..records import SampleRecord
     from ..runner.events import Event
-    from ..runner.records import SampleRecord
 
 TASK = "niah_multivalue"  # RULER's 4-value NIAH: the official detection task (4 needles, one key)
 OFFICIAL_GROUPS = 8  # run_niah_detect.sh: num_parts=8

@@ -280,11 +280,9 @@ class Sweep:
         """Every complete (l, m) point of this sweep in the store: the requested lengths, any m (stages
         with other grids add up). ``settings`` build the points' jobs (those of the run)."""
         from ..benchmarks.base import aggregate
-        from ..runner.records import SampleRecord
 
         candidates: dict[int, set[int]] = {}
-        for data in store.unique_records():
-            record = SampleRecord.from_json(data)
+        for record in store.unique_records():
             m = record.resolved_params.get("m")
             mine = (record.model, record.method, record.benchmark) == (self.model, "lampe", "pg19")
             if mine and isinstance(m, int) and m > 0 and record.length in lengths:

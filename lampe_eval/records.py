@@ -1,4 +1,6 @@
-"""The record of one evaluated sample: its type, its JSON form, and what a stored record must hold.
+"""The record of one evaluated sample: its type, its JSON form, what a stored record must hold, and the
+readers of a records file. Below both the runner (which writes records: :mod:`lampe_eval.runner.store`)
+and the reports (which read them), so neither imports the other.
 
 One line of ``records.jsonl`` is ``SampleRecord.to_json()``; :func:`check_record` (derived from the type)
 says why a line cannot be used, so readers skip a damaged record with a warning, never a traceback.
@@ -9,17 +11,24 @@ method parameters ``method_params`` and had no ``engine``: :meth:`SampleRecord.f
 batch-size setting. :func:`engine_identity` is the part that changes results; a run reuses a stored
 record only when its sample fingerprint *and* its engine identity are those of the run (a mismatch is
 recomputed, and the run says so in one line).
+
+**Reading** (:func:`read_records`): readers skip lines that are not JSON objects (a line torn by a killed
+writer) and records whose fields have the wrong type, and count what they skipped (:class:`Problems`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import types
 import typing
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+from .errors import LampeEvalError
 
 SCHEMA_VERSION = 2
 RENAMED = {"method_params": "resolved_params"}  # schema 1 name -> schema 2 name
@@ -70,9 +79,11 @@ class SampleRecord:
     def from_json(cls, data: Mapping[str, Any]) -> SampleRecord:
         """A record of any schema (unknown fields dropped, schema 1 names renamed); check it first."""
         values = {RENAMED.get(k, k): v for k, v in data.items()}
-        known = {f.name for f in dataclasses.fields(cls)}
         values.setdefault("schema_version", 1)
-        return cls(**{k: v for k, v in values.items() if k in known})
+        return cls(**{k: v for k, v in values.items() if k in _FIELDS})
+
+
+_FIELDS = frozenset(f.name for f in dataclasses.fields(SampleRecord))
 
 
 def resolved_params(record: Mapping[str, Any]) -> dict[str, Any]:
@@ -174,6 +185,100 @@ class StoredSample:
     fingerprint: str | None
     engine: str
 
+    @classmethod
+    def of(cls, record: SampleRecord) -> StoredSample:
+        return cls(record.sample_fingerprint, engine_identity(record.engine, record.device))
+
     def reusable(self, fingerprint: str, engines: Collection[str]) -> bool:
         """The same sample, made by one of ``engines`` (the identities that give this run's numbers)."""
         return self.fingerprint == fingerprint and self.engine in engines
+
+
+# ------------------------------------------------------------------------------------ the records file
+RECORDS_FILE = "records.jsonl"
+
+
+class StoreError(LampeEvalError):
+    """The results directory cannot be written or read (a file where a directory belongs, no space, I/O)."""
+
+
+@dataclass
+class Problems:
+    """What a reader skipped: unreadable lines (torn by a kill, or garbage) and records with a field of
+    the wrong type (the first reason is kept, with its line number)."""
+
+    lines: int = 0  # lines read
+    unreadable: int = 0
+    invalid: int = 0
+    first_invalid: str = ""
+
+    def note_invalid(self, line: int, reason: str) -> None:
+        self.invalid += 1
+        if not self.first_invalid:
+            self.first_invalid = f"line {line}: {reason}"
+
+    def summary(self) -> str | None:
+        """One line, or None when nothing was skipped."""
+        parts = []
+        if self.unreadable:
+            parts.append(f"{self.unreadable} unreadable line(s)")
+        if self.invalid:
+            parts.append(f"{self.invalid} record(s) with a field of the wrong type ({self.first_invalid})")
+        return "skipped " + " and ".join(parts) if parts else None
+
+
+def parse_line(line: bytes) -> dict[str, object] | None:
+    """The JSON object of one line, or None (a torn line from a killed writer, or garbage)."""
+    try:
+        record = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def iter_records(path: Path, problems: Problems | None = None) -> Iterator[dict[str, object]]:
+    """Every parsable line of a JSONL file as it is written (unchecked), in file order (torn lines skipped,
+    and counted in ``problems`` when given)."""
+    if not path.exists():
+        return
+    if not path.is_file():
+        raise StoreError(f"{path} is a directory, not a file: move it out of the way")
+    with path.open("rb") as handle:
+        for raw in handle:
+            line = raw.strip()
+            if not line:
+                continue
+            if problems is not None:
+                problems.lines += 1
+            record = parse_line(line)
+            if record is None:
+                if problems is not None:
+                    problems.unreadable += 1
+                continue
+            yield record
+
+
+def valid_records(path: Path, problems: Problems | None = None) -> Iterator[dict[str, object]]:
+    """The lines of a JSONL file that pass :func:`check_record` (the others counted in ``problems``)."""
+    problems = problems if problems is not None else Problems()
+    for record in iter_records(path, problems):
+        reason = check_record(record)
+        if reason is None:
+            yield record
+        else:
+            problems.note_invalid(problems.lines, reason)
+
+
+def read_records(path: Path, problems: Problems | None = None) -> Iterator[SampleRecord]:
+    """The valid records of a records file, typed (of either schema), in file order."""
+    for data in valid_records(path, problems):
+        yield SampleRecord.from_json(data)
+
+
+def last_per_key(records: Iterable[SampleRecord]) -> dict[str, SampleRecord]:
+    """One record per key, the last one written winning, in the order the winners were written."""
+    by_key: dict[str, SampleRecord] = {}
+    for record in records:
+        by_key.pop(record.key, None)
+        by_key[record.key] = record
+    return by_key
