@@ -55,7 +55,7 @@ def test_run_lists_the_registries():
 
 def test_report_lists_its_formats():
     shown = option_help("report")["--format"]
-    assert all(name in shown for name in REPORT_FORMATS)
+    assert all(name in shown for name in REPORT_FORMATS.names())
 
 
 def test_top_level_help_imports_no_torch():
