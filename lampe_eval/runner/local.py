@@ -155,8 +155,10 @@ def make_handles(config: WorkerConfig, store: ResultStore, settings: RunSettings
                 init_kwargs=init,
             )
         )
-    if settings.backend == "vllm":  # one engine, started from this process (it spawns its own)
-        return [InlineHandle(config, store)]
+    from ..backends import BACKENDS, Placement
+
+    if BACKENDS.get(settings.backend).placement is not Placement.PER_DEVICE:
+        return [InlineHandle(config, store)]  # one engine from this process: it places itself, or is remote
     device, workers = config.device, settings.workers
     gpus = list(settings.gpus) if settings.gpus is not None else None
     if settings.load is not None and workers is None and gpus is None:
