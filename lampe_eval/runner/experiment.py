@@ -69,11 +69,31 @@ def check_settings(settings: RunSettings) -> None:
     ):
         if value < 1:
             raise LampeEvalError(f"{name} must be at least 1, got {value}")
-    from ..backends import BACKENDS
+    from ..backends import BACKENDS, Placement
 
     if settings.backend not in BACKENDS:
         raise LampeEvalError(f"--backend {settings.backend!r}: choose one of {', '.join(BACKENDS.names())}")
-    BACKENDS.get(settings.backend).check_settings(settings)
+    backend = BACKENDS.get(settings.backend)
+    backend.check_settings(settings)
+    if backend.placement is not Placement.PER_DEVICE:
+        _check_one_engine(settings)
+
+
+def _check_one_engine(settings: RunSettings) -> None:
+    """A backend whose one engine runs from this process takes no worker or placement settings."""
+    asked = {
+        "--ray": settings.ray or settings.ray_address,
+        "--workers": (settings.workers or 1) > 1,
+        "--gpus": settings.gpus,
+        "--device-map": settings.device_map,
+        "--gpus-per-worker": settings.gpus_per_worker > 1,
+    }
+    given = [flag for flag, value in asked.items() if value]
+    if given:
+        raise LampeEvalError(
+            f"--backend {settings.backend} runs one engine from this process, which places itself or "
+            f"calls an endpoint: drop {'/'.join(given)}"
+        )
 
 
 @dataclass
