@@ -104,10 +104,13 @@ def test_report_and_runner_name_no_backend(folder):
 
 
 def test_a_backend_declares_its_placement():
-    from lampe_eval.backends import BACKENDS, BaseBackend, Placement
+    from lampe_eval.backends import BACKEND_NAMES, BACKENDS, BaseBackend, Placement
     from lampe_eval.backends.base import _check_backend
     from lampe_eval.registry import Registry
 
+    assert tuple(BACKENDS.names()) == BACKEND_NAMES and BACKEND_NAMES[:2] == ("hf", "vllm")
+    assert BACKENDS.get("hf").placement is Placement.PER_DEVICE
+    assert BACKENDS.get("vllm").placement is Placement.SELF_PLACED
     for name in BACKENDS.names():
         assert isinstance(BACKENDS.get(name).placement, Placement), name
     registry: Registry[BaseBackend] = Registry("backend", check=_check_backend)
