@@ -29,8 +29,9 @@ from lampe_eval.attention import engine, kernels, segmented_attention
 from lampe_eval.attention.engine import attend_rotated
 from lampe_eval.attention.reference import oracle_attention
 from lampe_eval.attention.rope import apply_rope
+from lampe_eval.backends.hf_patch import apply_method
 from lampe_eval.lengths import parse_length
-from lampe_eval.methods import METHODS, RopeBase, apply_method, create_method
+from lampe_eval.methods import METHODS, RopeBase, create_method
 from lampe_eval.models import tiny_llama
 
 # the official 8B shape (Llama-3-8B): 32 query heads, 8 KV heads, head_dim 128, 8K window

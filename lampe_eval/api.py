@@ -82,8 +82,9 @@ def evaluate(
     model loader of your own). Finished samples in ``out`` are reused. Failed jobs raise
     :class:`~lampe_eval.errors.JobsFailedError` after the others ran (``raise_on_failure=False`` keeps
     going and leaves them out of ``scores``)."""
-    from .runner.experiment import ExperimentSpec, GridSpec, RunSettings
+    from .runner.experiment import ExperimentSpec, GridSpec
     from .runner.local import JobsFailedError, run
+    from .settings import RunSettings
 
     if not _names(benchmarks):
         raise ValueError("evaluate: name at least one benchmark")

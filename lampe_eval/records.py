@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import LampeEvalError
+from .settings import DEFAULT_BACKEND
 
 SCHEMA_VERSION = 2
 RENAMED = {"method_params": "resolved_params"}  # schema 1 name -> schema 2 name
@@ -165,7 +166,10 @@ def engine_identity(engine: Mapping[str, Any] | None, device: str | None = None)
     parts = [str(engine.get("backend")), str(engine.get("dtype")), device_type, str(engine.get("kernel"))]
     if device_type == "cuda":
         parts.append(f"batch={engine.get('batch_size', 1)}")
-    if engine.get("backend") not in (None, "hf"):  # an engine of its own: its release and settings too
+    if engine.get("backend") not in (
+        None,
+        DEFAULT_BACKEND,
+    ):  # an engine of its own: its release and settings too
         parts += [str(engine.get("backend_version")), str(engine.get("settings"))]
     return "/".join(parts)
 

@@ -1,6 +1,6 @@
-"""Where knowledge lives: the report and the runner know no benchmark, no metric and no method by name
-(each benchmark declares its metrics, options, summaries and plots; each method how reports present it),
-and every benchmark is complete."""
+"""Where knowledge lives: the report and the runner know no benchmark, no metric, no method and no
+backend by name (each benchmark declares its metrics, options, summaries and plots; each method how
+reports present it; each backend its placement, checks and loading), and every benchmark is complete."""
 
 from __future__ import annotations
 
@@ -72,6 +72,48 @@ def test_report_and_runner_name_no_method(folder):
                 if match:
                     found.append(f"{path.relative_to(PACKAGE)}:{number}: {match.group(0)}")
     assert not found, found
+
+
+def backend_words() -> set[str]:
+    """The registered backends' names, matched in any case (``vLLM`` in prose names the backend too)."""
+    from lampe_eval.backends import BACKENDS
+
+    return {n for n in BACKENDS.names() if BACKENDS.get(n).__module__.startswith("lampe_eval.")}
+
+
+@pytest.mark.parametrize("folder", ["report", "runner"])
+def test_report_and_runner_name_no_backend(folder):
+    words = backend_words()
+    assert {"hf", "vllm"} <= words
+    pattern = re.compile(r"(?<![\w-])(" + "|".join(re.escape(w) for w in sorted(words)) + r")(?![\w-])", re.I)
+    found = []
+    for path in sorted((PACKAGE / folder).rglob("*")):
+        relative = path.relative_to(PACKAGE).as_posix()
+        if path.is_file() and path.suffix in (".py", ".yaml", ".md", ".j2", ".js", ".css"):
+            for number, line in enumerate(path.read_text().splitlines(), 1):
+                match = pattern.search(line)
+                if match:
+                    found.append(f"{relative}:{number}: {match.group(0)}")
+    assert not found, found
+
+
+def test_a_backend_declares_its_placement():
+    from lampe_eval.backends import BACKEND_NAMES, BACKENDS, BaseBackend, Placement
+    from lampe_eval.backends.base import _check_backend
+    from lampe_eval.registry import Registry
+
+    assert tuple(BACKENDS.names()) == BACKEND_NAMES and BACKEND_NAMES[:2] == ("hf", "vllm")
+    assert BACKENDS.get("hf").placement is Placement.PER_DEVICE
+    assert BACKENDS.get("vllm").placement is Placement.SELF_PLACED
+    for name in BACKENDS.names():
+        assert isinstance(BACKENDS.get(name).placement, Placement), name
+    registry: Registry[BaseBackend] = Registry("backend", check=_check_backend)
+
+    class Nowhere(BaseBackend):
+        placement = "gpu"  # type: ignore[assignment]
+
+    with pytest.raises(TypeError, match="placement must be a Placement"):
+        registry.register("nowhere")(Nowhere)
 
 
 def test_every_benchmark_is_concrete_and_declares_metrics_and_options():

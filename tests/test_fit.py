@@ -162,7 +162,6 @@ def test_the_sweep_runs_on_the_requested_backend(tmp_path, monkeypatch, one_thre
     (here an HF backend named vllm: the wiring, not the engine); the records carry its name."""
     import lampe_eval.backends.vllm
     import lampe_eval.models
-    import lampe_eval.runner.worker
     from lampe_eval.backends.hf import HFBackend
     from lampe_eval.tools.fit import FitRequest, run_fit
 
@@ -174,16 +173,17 @@ def test_the_sweep_runs_on_the_requested_backend(tmp_path, monkeypatch, one_thre
     (books / "a.txt").write_text(" ".join(["the king went down to the sea"] * 60))
     lm = LoadedModel("tiny", tiny_llama(window=256, seed=3), CharTokenizer(), 256, False)
     made = []
-    monkeypatch.setattr(lampe_eval.backends.vllm, "check_vllm_settings", lambda settings: None)
+    engine = lampe_eval.backends.vllm.VLLMBackend
+    monkeypatch.setattr(engine, "check_settings", classmethod(lambda cls, settings: None))
     monkeypatch.setattr(lampe_eval.models, "load_model", lambda *a, **k: pytest.fail("loaded for hf"))
     monkeypatch.setattr(lampe_eval.models, "load_for_engine", lambda name: lm)
     monkeypatch.setattr(lampe_eval.models, "resolve_source", lambda name: (name, None))
 
-    def create(name, lm, batch_size=1, **settings):
-        made.append(name)
-        return Named(lm, batch_size)
+    def create(cls, lm, settings):
+        made.append(cls.name)
+        return Named(lm, settings.batch_size)
 
-    monkeypatch.setattr(lampe_eval.runner.worker, "create_backend", create)
+    monkeypatch.setattr(engine, "create", classmethod(create))
     request = FitRequest("tiny", lengths=[256, 320], grid=[64], options={"pg19_dir": str(books)}, write=False)
     request.backend, request.out = "vllm", tmp_path / "out"
     outcome = run_fit(request, echo=lambda line: None)

@@ -12,8 +12,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "lampe_eval"
 # Bottom up: a module may import its own floor and the floors below. Names are lampe_eval's top-level
 # modules and folders.
 FLOORS: list[tuple[str, ...]] = [
-    ("errors", "prompts", "registry", "fileio", "lengths", "options", "resources", "data", "records"),
-    ("settings", "attention", "models", "method_configs"),
+    ("errors", "prompts", "registry", "fileio", "lengths", "options", "resources", "data", "settings"),
+    ("records", "attention", "models", "method_configs"),
     ("methods",),
     ("backends",),
     ("benchmarks",),

@@ -9,8 +9,10 @@ import torch
 from transformers import LlamaForCausalLM
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
+from lampe_eval.backends.hf_patch import apply_method
+from lampe_eval.backends.rope_config import rope_base
 from lampe_eval.errors import LampeEvalError
-from lampe_eval.methods import METHODS, RopeBase, apply_method, create_method, rope_base
+from lampe_eval.methods import METHODS, RopeBase, create_method
 from lampe_eval.methods.frequency import plain_frequencies
 from lampe_eval.methods.longrope import yarn_ramp
 from lampe_eval.models import tiny_llama

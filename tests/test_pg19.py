@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from lampe_eval.backends.hf import HFBackend, chunked_nll_rows
+from lampe_eval.backends.hf_patch import apply_method
 from lampe_eval.backends.rounds import evaluate_one
 from lampe_eval.benchmarks import SampleContext, get_benchmark
 from lampe_eval.benchmarks.pg19 import (
@@ -21,7 +22,7 @@ from lampe_eval.benchmarks.pg19 import (
 )
 from lampe_eval.data import corpus
 from lampe_eval.errors import MissingDataError
-from lampe_eval.methods import apply_method, create_method
+from lampe_eval.methods import create_method
 from lampe_eval.models import LoadedModel, tiny_llama
 
 HAVE_BIBLE = shutil.which("bible") is not None

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from lampe_eval.backends.rope_config import rope_base
 from lampe_eval.errors import LampeEvalError
 from lampe_eval.method_configs import ENV
 from lampe_eval.methods import (
@@ -19,7 +20,6 @@ from lampe_eval.methods import (
     resolve_method,
     window_base,
 )
-from lampe_eval.methods.patch import rope_base
 from lampe_eval.methods.selfextend import default_group_size
 from lampe_eval.models import tiny_llama
 

@@ -8,9 +8,15 @@ from transformers import DynamicCache
 
 from lampe_eval.attention import kv_cache
 from lampe_eval.attention.kv_cache import RotatedKeyCache
+from lampe_eval.backends.hf_patch import (
+    _GENERATIONS,
+    apply_method,
+    generation_budget,
+    kv_cache_bytes,
+    new_cache,
+)
 from lampe_eval.errors import LampeEvalError
-from lampe_eval.methods import METHODS, apply_method, create_method
-from lampe_eval.methods.patch import _GENERATIONS, generation_budget, kv_cache_bytes, new_cache
+from lampe_eval.methods import METHODS, create_method
 from lampe_eval.models import tiny_llama
 
 WINDOW = 64
@@ -178,7 +184,7 @@ def test_plans_keep_their_positions_while_generating(name):
     """What the rotated cache relies on: for a method with fixed_key_positions(), the plan at any later
     length has the same segments, regions and positions as at the prompt (only the cos/sin factor may
     change, and it is applied to the queries)."""
-    from lampe_eval.methods.patch import rope_base
+    from lampe_eval.backends.rope_config import rope_base
 
     base = rope_base(tiny_llama(window=WINDOW, layers=1, heads=4, kv_heads=2, head_dim=16))
     method = make(name)

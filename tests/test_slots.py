@@ -8,8 +8,8 @@ import torch
 
 from lampe_eval.attention.kv_cache import RotatedKeyCache
 from lampe_eval.attention.slots import DecodeBatch, SlotPool, attend_sequence, decode_batches
+from lampe_eval.backends.hf_patch import PatchState, attend_patched
 from lampe_eval.methods import create_method
-from lampe_eval.methods.patch import PatchState, attend_patched
 from tests.test_methods_exact import POSITION_METHODS, WINDOW, base, random_params
 
 D, HQ, HKV, SCALE = 16, 4, 2, 0.25

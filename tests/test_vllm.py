@@ -193,8 +193,8 @@ def test_vllms_own_rope_scaling_gives_our_frequencies_and_attention_factor(name:
     from vllm.config import VllmConfig, set_current_vllm_config
     from vllm.model_executor.layers.rotary_embedding import get_rope
 
+    from lampe_eval.backends.rope_config import rope_base_from_config
     from lampe_eval.backends.vllm_worker import frequency_table
-    from lampe_eval.methods.patch import rope_base_from_config
 
     theta, dim, window = 1e5, 64, 8192
     config = AutoConfig.for_model(

@@ -7,17 +7,28 @@ order, and may yield again (L-Eval's fact question, LongBench v2's chain of thou
 sample's output. :func:`lampe_eval.backends.rounds.evaluate_samples` drives many samples' rounds at once and
 hands the backend batches of requests it can run together (``Backend.batch_key``), so ``--batch-size``
 batches every benchmark alike.
+
+What the runner needs of a backend besides requests and results is declared by its class
+(:class:`BaseBackend`), registered in :data:`BACKENDS` by name: where its engines live
+(:class:`Placement`), the run settings and models it refuses before any model loads, how it loads a
+model, ``describe()`` and ``close()``. The runner reads these and never names a backend
+(``docs/backends.md``: adding one).
 """
 
 from __future__ import annotations
 
+import abc
+import enum
 from collections.abc import Generator, Hashable, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from ..errors import LampeEvalError, UnsupportedModelError
 from ..methods.base import Method, RopeBase
 from ..models import LoadedModel
+from ..registry import Registry
+from ..settings import RunSettings
 
 
 @dataclass(frozen=True)
@@ -125,3 +136,87 @@ class Backend(Protocol):
     def describe(self) -> dict[str, Any]:
         """What produced the numbers: backend name and version, dtype, device, attention kernel."""
         ...
+
+
+class Placement(enum.Enum):
+    """Where a backend's engines run, which decides the runner's workers."""
+
+    PER_DEVICE = "per-device"  # one engine per worker: inline, one process per GPU (or group), Ray actors
+    SELF_PLACED = "self-placed"  # one engine, started from the main process, that places itself on its GPUs
+    REMOTE = "remote"  # an endpoint elsewhere: one client in the main process, no local device
+
+
+class BaseBackend(abc.ABC):
+    """A registered backend: the :class:`Backend` protocol plus what the runner asks of its class.
+
+    A subclass implements ``load``, ``generate``, ``token_nll`` and ``describe``; the rest has defaults
+    (a per-device engine that refuses nothing, runs only the baseline method and has nothing to close)."""
+
+    name: str  # set by ``BACKENDS.register``
+    placement: Placement = Placement.PER_DEVICE
+    lm: LoadedModel
+    batch_size: int
+
+    def __init__(self, lm: LoadedModel, batch_size: int = 1) -> None:
+        self.lm = lm
+        self.batch_size = max(1, batch_size)
+
+    # ---------------------------------------------------------------- before any model loads
+    @classmethod
+    def check_settings(cls, settings: RunSettings) -> None:
+        """Raise one :class:`LampeEvalError` line for run settings this backend cannot honour."""
+        return None  # default: none refused
+
+    @classmethod
+    def check_model(cls, name: str) -> None:
+        """Raise one line for a model name this backend cannot load (called without loading it)."""
+        return None  # default: any
+
+    # ------------------------------------------------------------------------------ lifecycle
+    @classmethod
+    @abc.abstractmethod
+    def load(
+        cls, model: str, settings: RunSettings, device: str | None, device_map: str | None
+    ) -> LoadedModel:
+        """The model (or, for an engine that loads its own weights, its tokenizer and config) for a
+        worker on ``device`` (``device_map``: the model spread over the worker's GPUs)."""
+
+    @classmethod
+    def create(cls, lm: LoadedModel, settings: RunSettings) -> BaseBackend:
+        """The backend on a loaded model (``lm`` from :meth:`load` or the run's own ``load`` hook)."""
+        return cls(lm, batch_size=settings.batch_size)
+
+    def close(self) -> None:
+        """Release what the engine holds besides Python objects (processes, connections)."""
+        return None  # default: nothing held
+
+    # ------------------------------------------------------------------------------- requests
+    def install(self, method: Method) -> AbstractContextManager[Any]:
+        if method.kind != "baseline":
+            raise LampeEvalError(f"the {self.name} backend runs no method but the unmodified model")
+        return nullcontext()
+
+    @abc.abstractmethod
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]: ...
+
+    @abc.abstractmethod
+    def token_nll(self, requests: Sequence[NLLRequest]) -> list[TokenNLL]: ...
+
+    def batch_key(self, request: Request) -> Hashable:
+        return type(request).__name__  # any requests of one kind run together
+
+    def rope_base(self) -> RopeBase:
+        raise UnsupportedModelError(f"the {self.name} backend does not expose the model's RoPE")
+
+    @abc.abstractmethod
+    def describe(self) -> dict[str, Any]: ...
+
+
+def _check_backend(cls: type[BaseBackend]) -> None:
+    if not (isinstance(cls, type) and issubclass(cls, BaseBackend)):
+        raise TypeError(f"{cls!r}: a backend subclasses lampe_eval.backends.BaseBackend")
+    if not isinstance(cls.placement, Placement):
+        raise TypeError(f"backend {cls.name!r}: placement must be a Placement, got {cls.placement!r}")
+
+
+BACKENDS: Registry[BaseBackend] = Registry("backend", check=_check_backend)

@@ -17,27 +17,60 @@ import torch
 import torch.nn.functional as F
 
 from ..attention import kernels
+from ..errors import LampeEvalError
 from ..methods.base import Method, RopeBase
-from ..methods.patch import PatchHandle, apply_method, attention_layers, new_cache, rope_base
 from ..models import LoadedModel
 from ..prompts import prompt_ids
-from .base import Generation, GenerationRequest, NLLRequest, Request, TokenNLL
+from ..settings import RunSettings
+from .base import (
+    BACKENDS,
+    BaseBackend,
+    Generation,
+    GenerationRequest,
+    NLLRequest,
+    Placement,
+    Request,
+    TokenNLL,
+)
+from .hf_patch import PatchHandle, apply_method, attention_layers, new_cache
+from .rope_config import rope_base
+from .text import cut_at_stops, eos_ids, until_eos
 
 R = TypeVar("R", GenerationRequest, NLLRequest)
 T = TypeVar("T", Generation, TokenNLL)
 
 
-class HFBackend:
-    """``transformers`` on one loaded model."""
+@BACKENDS.register("hf")
+class HFBackend(BaseBackend):
+    """``transformers`` on one loaded model: one per worker, each worker on its device (or its group of
+    GPUs, the model spread over them by accelerate)."""
 
-    name = "hf"
+    placement = Placement.PER_DEVICE
 
     def __init__(self, lm: LoadedModel, batch_size: int = 1) -> None:
-        self.lm = lm
-        self.batch_size = max(1, batch_size)
+        super().__init__(lm, batch_size)
         self._tokenized: dict[str, list[int]] = {}  # prompts tokenized for batch_key, reused to generate
 
     # ---------------------------------------------------------------------------------- setup
+    @classmethod
+    def check_settings(cls, settings: RunSettings) -> None:
+        if settings.device_map not in (None, "auto"):
+            raise LampeEvalError(
+                f"--device-map {settings.device_map!r}: only 'auto' (accelerate) is supported"
+            )
+        if settings.device_map and settings.device not in (None, "cuda"):
+            raise LampeEvalError(
+                f"--device-map auto places the model on GPUs: drop --device {settings.device}"
+            )
+
+    @classmethod
+    def load(
+        cls, model: str, settings: RunSettings, device: str | None, device_map: str | None
+    ) -> LoadedModel:
+        from ..models import load_model
+
+        return load_model(model, device=device, dtype=settings.dtype, device_map=device_map)
+
     def install(self, method: Method) -> PatchHandle:
         """Patch ``method`` into the model's attention; leaving the ``with`` block (or ``remove()``)
         restores it."""
@@ -119,8 +152,8 @@ class HFBackend:
         seconds = (time.perf_counter() - start) / len(requests)
         results = []
         for row, request in zip(output, requests, strict=True):
-            tokens = _until_eos(row[prompt_tokens:], eos)
-            text = _cut(self.lm.tokenizer.decode(tokens, skip_special_tokens=True), request.stop)
+            tokens = until_eos(row[prompt_tokens:], eos)
+            text = cut_at_stops(self.lm.tokenizer.decode(tokens, skip_special_tokens=True), request.stop)
             results.append(
                 Generation(text, prompt_tokens, int(tokens.shape[0]), seconds, tuple(tokens.tolist()))
             )
@@ -216,31 +249,6 @@ def _version(distribution: str) -> str:
 
 def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
     return eos_ids(getattr(model, "generation_config", None), tokenizer)
-
-
-def eos_ids(generation_config: Any, tokenizer: Any) -> set[int]:
-    """The tokens that end a generation: the generation config's, else the tokenizer's."""
-    eos = getattr(generation_config, "eos_token_id", None)
-    if eos is None:
-        eos = tokenizer.eos_token_id
-    return set(eos) if isinstance(eos, (list, tuple)) else ({eos} if eos is not None else set())
-
-
-def _until_eos(tokens: torch.Tensor, eos: set[int]) -> torch.Tensor:
-    """The tokens up to and including the first end-of-sequence token (where a lone generation stops;
-    in a batch, the rows that stopped are filled with padding until all have)."""
-    for index, token in enumerate(tokens.tolist()):
-        if token in eos:
-            return tokens[: index + 1]
-    return tokens
-
-
-def _cut(text: str, stop: Sequence[str]) -> str:
-    """``text`` up to the first occurrence of each stop string, applied in order."""
-    for marker in stop:
-        if marker and marker in text:
-            text = text[: text.index(marker)]
-    return text
 
 
 @torch.no_grad()

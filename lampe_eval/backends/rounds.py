@@ -52,9 +52,21 @@ def evaluate_samples(
 ) -> Iterator[Evaluated[Item]]:
     """The output of ``rounds(item)`` for every item, batched by the backend's keys. Outputs come in the
     order samples finish (with batch size 1: the order of ``items``)."""
-    waiting: dict[Hashable, list[tuple[_Pending[Item], int]]] = {}
+    batcher: _Batcher[Item] = _Batcher(backend)
+    for item in items:
+        yield from batcher.advance(_Pending(item, rounds(item)), None)
+    yield from batcher.flush()
 
-    def advance(pending: _Pending[Item], sent: Sequence[Result] | None) -> Iterator[Evaluated[Item]]:
+
+class _Batcher(Generic[Item]):
+    """Requests waiting for company, in groups by batch key (oldest group first)."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        self.waiting: dict[Hashable, list[tuple[_Pending[Item], int]]] = {}
+
+    def advance(self, pending: _Pending[Item], sent: Sequence[Result] | None) -> Iterator[Evaluated[Item]]:
+        """Send a sample its results (None: start it); queue its next round, or pass its output on."""
         try:
             requests = pending.rounds.send(sent) if sent is not None else next(pending.rounds)
         except StopIteration as done:
@@ -64,14 +76,15 @@ def evaluate_samples(
             raise ValueError("a round must send at least one request")
         pending.requests, pending.results = list(requests), [None] * len(requests)
         for slot, request in enumerate(pending.requests):
-            key = backend.batch_key(request)
-            group = waiting.setdefault(key, [])
+            key = self.backend.batch_key(request)
+            group = self.waiting.setdefault(key, [])
             group.append((pending, slot))
-            if len(group) >= backend.batch_size:
-                yield from run(waiting.pop(key))
+            if len(group) >= self.backend.batch_size:
+                yield from self.run(self.waiting.pop(key))
 
-    def run(group: list[tuple[_Pending[Item], int]]) -> Iterator[Evaluated[Item]]:
-        results = run_requests(backend, [pending.requests[slot] for pending, slot in group])
+    def run(self, group: list[tuple[_Pending[Item], int]]) -> Iterator[Evaluated[Item]]:
+        """Run one group; every sample whose round is then answered advances."""
+        results = run_requests(self.backend, [pending.requests[slot] for pending, slot in group])
         finished: list[_Pending[Item]] = []
         for (pending, slot), result in zip(group, results, strict=True):
             pending.results[slot] = result
@@ -81,13 +94,13 @@ def evaluate_samples(
                 finished.append(pending)
         for pending in finished:
             answered = [r for r in pending.results if r is not None]
-            yield from advance(pending, answered)
+            yield from self.advance(pending, answered)
 
-    for item in items:
-        yield from advance(_Pending(item, rounds(item)), None)
-    while waiting:  # groups smaller than the batch size, oldest first
-        key = next(iter(waiting))
-        yield from run(waiting.pop(key))
+    def flush(self) -> Iterator[Evaluated[Item]]:
+        """Groups smaller than the batch size, oldest first, until none waits."""
+        while self.waiting:
+            key = next(iter(self.waiting))
+            yield from self.run(self.waiting.pop(key))
 
 
 def evaluate_one(backend: Backend, rounds: Rounds) -> dict[str, Any]:

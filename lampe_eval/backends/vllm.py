@@ -23,12 +23,22 @@ import torch
 
 from ..errors import LampeEvalError
 from ..methods.base import Method, RopeBase
-from ..methods.patch import rope_base_from_config
 from ..models import LoadedModel
 from ..prompts import prompt_ids
+from ..settings import RunSettings
 from . import vllm_plugin
-from .base import Generation, GenerationRequest, NLLRequest, Request, TokenNLL
-from .hf import _cut, _until_eos, eos_ids
+from .base import (
+    BACKENDS,
+    BaseBackend,
+    Generation,
+    GenerationRequest,
+    NLLRequest,
+    Placement,
+    Request,
+    TokenNLL,
+)
+from .rope_config import rope_base_from_config
+from .text import cut_at_stops, eos_ids, until_eos
 
 DEFAULT_KV_CACHE_GIB = "4"  # VLLM_CPU_KVCACHE_SPACE when the user set none
 MIN_MODEL_LEN = 4096
@@ -53,44 +63,16 @@ def check_vllm_installed() -> None:
         )
 
 
-def check_vllm_settings(settings: Any) -> None:
-    """One-line refusals of run settings the vLLM backend cannot honour, before any model loads."""
-    check_vllm_installed()
-    if settings.device_map or settings.gpus_per_worker > 1:
-        raise LampeEvalError(
-            "--backend vllm places the model itself: drop --device-map/--gpus-per-worker (vLLM's tensor "
-            "parallelism is not wired yet)"
-        )
-    if settings.ray or settings.ray_address:
-        raise LampeEvalError("--backend vllm runs its one engine from this process: drop --ray")
-    if (settings.workers or 1) > 1 or settings.gpus:
-        raise LampeEvalError(
-            "--backend vllm runs one engine from this process (vLLM batches the requests itself): drop "
-            "--workers/--gpus and choose the GPU with CUDA_VISIBLE_DEVICES"
-        )
+@BACKENDS.register("vllm")
+class VLLMBackend(BaseBackend):
+    """vLLM's engine on one model (loaded by :func:`lampe_eval.models.load_for_engine`): one engine, started
+    from the main process, that loads the weights and places itself."""
 
-
-def check_vllm_model(name: str) -> None:
-    """Refuse, before loading, a model the vLLM backend cannot load (a .gguf file)."""
-    from ..models import resolve_source
-
-    source, _ = resolve_source(name)
-    if source.endswith(".gguf"):
-        raise LampeEvalError(
-            f"{name}: the vLLM backend loads Hugging Face model directories, not .gguf files: save the model "
-            "with save_pretrained and pass that directory (or use --backend hf)"
-        )
-
-
-class VLLMBackend:
-    """vLLM's engine on one model (loaded by :func:`lampe_eval.models.load_for_engine`)."""
-
-    name = "vllm"
+    placement = Placement.SELF_PLACED
 
     def __init__(self, lm: LoadedModel, batch_size: int = 1, dtype: str | None = None) -> None:
         check_vllm_installed()
-        self.lm = lm
-        self.batch_size = max(1, batch_size)
+        super().__init__(lm, batch_size)
         from ..models import default_device, parse_dtype
 
         self.device = default_device()
@@ -103,6 +85,49 @@ class VLLMBackend:
         self._method: Method | None = None
         self._installed_as = "none"
         self._eos = self._eos_ids()
+
+    # ------------------------------------------------------------------------- before loading
+    @classmethod
+    def check_settings(cls, settings: RunSettings) -> None:
+        """One-line refusals of run settings the vLLM backend cannot honour, before any model loads."""
+        check_vllm_installed()
+        if settings.device_map or settings.gpus_per_worker > 1:
+            raise LampeEvalError(
+                "--backend vllm places the model itself: drop --device-map/--gpus-per-worker (vLLM's tensor "
+                "parallelism is not wired yet)"
+            )
+        if settings.ray or settings.ray_address:
+            raise LampeEvalError("--backend vllm runs its one engine from this process: drop --ray")
+        if (settings.workers or 1) > 1 or settings.gpus:
+            raise LampeEvalError(
+                "--backend vllm runs one engine from this process (vLLM batches the requests itself): drop "
+                "--workers/--gpus and choose the GPU with CUDA_VISIBLE_DEVICES"
+            )
+
+    @classmethod
+    def check_model(cls, name: str) -> None:
+        """Refuse, before loading, a model the vLLM backend cannot load (a .gguf file)."""
+        from ..models import resolve_source
+
+        source, _ = resolve_source(name)
+        if source.endswith(".gguf"):
+            raise LampeEvalError(
+                f"{name}: the vLLM backend loads Hugging Face model directories, not .gguf files: save the "
+                "model with save_pretrained and pass that directory (or use --backend hf)"
+            )
+
+    @classmethod
+    def load(
+        cls, model: str, settings: RunSettings, device: str | None, device_map: str | None
+    ) -> LoadedModel:
+        """The tokenizer and config: the engine loads the weights itself."""
+        from ..models import load_for_engine
+
+        return load_for_engine(model)
+
+    @classmethod
+    def create(cls, lm: LoadedModel, settings: RunSettings) -> VLLMBackend:
+        return cls(lm, batch_size=settings.batch_size, dtype=settings.dtype)
 
     # ---------------------------------------------------------------------------------- engine
     def _engine(self, longest: int) -> Any:
@@ -250,8 +275,8 @@ class VLLMBackend:
         results = {}
         for index, request, prompt, output in zip(indices, requests, ids, outputs, strict=True):
             eos = self._eos | set(request.stop_token_ids)
-            tokens = _until_eos(torch.tensor(list(output.outputs[0].token_ids), dtype=torch.long), eos)
-            text = _cut(self.lm.tokenizer.decode(tokens, skip_special_tokens=True), request.stop)
+            tokens = until_eos(torch.tensor(list(output.outputs[0].token_ids), dtype=torch.long), eos)
+            text = cut_at_stops(self.lm.tokenizer.decode(tokens, skip_special_tokens=True), request.stop)
             results[index] = Generation(
                 text, len(prompt), int(tokens.shape[0]), seconds, tuple(tokens.tolist())
             )

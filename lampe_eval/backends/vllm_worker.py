@@ -43,7 +43,8 @@ from ..attention.slots import DecodeBatch, SlotPool, attend_sequence, decode_bat
 from ..errors import LampeEvalError
 from ..methods import METHODS
 from ..methods.base import FrequencyMethod, Method, RopeBase
-from ..methods.patch import PatchState, rope_base_from_config
+from .plans import PlanCache as PatchState
+from .rope_config import rope_base_from_config
 
 _LAYER_INDEX = re.compile(r"layers\.(\d+)\.")
 

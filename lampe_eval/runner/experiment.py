@@ -33,7 +33,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,7 @@ from typing import Any
 from .. import resources
 from ..errors import LampeEvalError, clip, suggestion
 from ..lengths import parse_lengths
+from ..settings import RunSettings as RunSettings  # its home is below the runner and the backends
 from .jobs import Job, dedupe, expand_grid
 
 GRID_KEYS = ("models", "methods", "benchmarks", "lengths")
@@ -60,46 +61,39 @@ TOP_KEYS = (
 DEFAULT_MODEL = "smollm2-135m"
 
 
-@dataclass(frozen=True)
-class RunSettings:
-    """How to run: never part of a result. ``load`` replaces the model loader (tests, notebooks): then
-    model names are not checked and the worker runs in this process unless workers/GPUs are asked for
-    (it must then be a module-level function: it is pickled)."""
-
-    device: str | None = None
-    dtype: str | None = None
-    workers: int | None = None
-    gpus: tuple[str, ...] | None = None
-    gpus_per_worker: int = 1  # >1: each worker spreads its model over that many GPUs (device_map auto)
-    device_map: str | None = None  # "auto": accelerate places the model over the worker's visible GPUs
-    batch_size: int = 1  # requests the backend runs together (equal token counts: the same results)
-    backend: str = "hf"  # the inference backend (lampe_eval.backends)
-    ray: bool = False
-    ray_address: str | None = None
-    ray_init: Mapping[str, Any] | None = field(default=None, hash=False, compare=False)
-    load: Callable[[str], Any] | None = field(default=None, hash=False, compare=False)
-
-
 def check_settings(settings: RunSettings) -> None:
-    """One-line errors for run settings, before any model loads."""
+    """One-line errors for run settings, before any model loads: the runner's, then the backend's own."""
     for name, value in (
         ("--gpus-per-worker", settings.gpus_per_worker),
         ("--batch-size", settings.batch_size),
     ):
         if value < 1:
             raise LampeEvalError(f"{name} must be at least 1, got {value}")
-    from ..backends import BACKEND_NAMES
+    from ..backends import BACKENDS, Placement
 
-    if settings.backend not in BACKEND_NAMES:
-        raise LampeEvalError(f"--backend {settings.backend!r}: choose one of {', '.join(BACKEND_NAMES)}")
-    if settings.device_map not in (None, "auto"):
-        raise LampeEvalError(f"--device-map {settings.device_map!r}: only 'auto' (accelerate) is supported")
-    if settings.device_map and settings.device not in (None, "cuda"):
-        raise LampeEvalError(f"--device-map auto places the model on GPUs: drop --device {settings.device}")
-    if settings.backend == "vllm":
-        from ..backends.vllm import check_vllm_settings
+    if settings.backend not in BACKENDS:
+        raise LampeEvalError(f"--backend {settings.backend!r}: choose one of {', '.join(BACKENDS.names())}")
+    backend = BACKENDS.get(settings.backend)
+    backend.check_settings(settings)
+    if backend.placement is not Placement.PER_DEVICE:
+        _check_one_engine(settings)
 
-        check_vllm_settings(settings)
+
+def _check_one_engine(settings: RunSettings) -> None:
+    """A backend whose one engine runs from this process takes no worker or placement settings."""
+    asked = {
+        "--ray": settings.ray or settings.ray_address,
+        "--workers": (settings.workers or 1) > 1,
+        "--gpus": settings.gpus,
+        "--device-map": settings.device_map,
+        "--gpus-per-worker": settings.gpus_per_worker > 1,
+    }
+    given = [flag for flag, value in asked.items() if value]
+    if given:
+        raise LampeEvalError(
+            f"--backend {settings.backend} runs one engine from this process, which places itself or "
+            f"calls an endpoint: drop {'/'.join(given)}"
+        )
 
 
 @dataclass
@@ -153,7 +147,7 @@ class ExperimentSpec:
     options: dict[str, Any] = field(default_factory=dict)
     imports: list[str] = field(default_factory=list)
     data_dir: str | None = None
-    backend: str | None = None  # the inference backend (``--backend`` wins over the file); None: hf
+    backend: str | None = None  # the inference backend (``--backend`` wins over the file); None: the default
 
     # ------------------------------------------------------------------------------ from a file
     @classmethod
@@ -185,7 +179,7 @@ class ExperimentSpec:
             options=dict(key.get("options", dict, "a mapping of option: value") or {}),
             imports=[str(m) for m in key.get("imports", list, "a list of module names") or []],
             data_dir=key.get("data_dir", str, "a directory name"),
-            backend=key.get("backend", str, "a backend name (hf, vllm)"),
+            backend=key.get("backend", str, "a backend name"),
         )
 
     def override(self, **values: Any) -> ExperimentSpec:
@@ -206,8 +200,8 @@ class ExperimentSpec:
         settings = settings or RunSettings()
         if self.backend is not None:
             settings = dataclasses.replace(settings, backend=self.backend)
+        import_plugins(self.imports)  # first: they may register the backend
         check_settings(settings)
-        import_plugins(self.imports)
         data_dir = os.path.abspath(os.path.expanduser(self.data_dir)) if self.data_dir else None
         if not self.grids:
             raise LampeEvalError(f"experiment {self.name!r} has no grid")
@@ -218,12 +212,7 @@ class ExperimentSpec:
         for grid, bench_tasks in zip(self.grids, tasks, strict=True):
             methods = [(name, typed_params(name, params)) for name, params in grid.methods]
             if settings.load is None:
-                check_models(grid.models)
-                if settings.backend == "vllm":
-                    from ..backends.vllm import check_vllm_model
-
-                    for model in grid.models:
-                        check_vllm_model(model)
+                check_models(grid.models, settings.backend)
             jobs += expand_grid(
                 grid.models,
                 methods,
@@ -380,11 +369,16 @@ def typed_params(method: str, params: Mapping[str, Any]) -> dict[str, Any]:
     return METHODS.get(method).typed_params(dict(params))
 
 
-def check_models(models: Sequence[str]) -> None:
+def check_models(models: Sequence[str], backend: str | None = None) -> None:
+    """Each model name resolves (a preset, a path, a hub id), and ``backend`` can load it."""
+    from ..backends import BACKENDS
     from ..models import resolve_source
 
     for model in models:
         resolve_source(model)
+    if backend is not None:
+        for model in models:
+            BACKENDS.get(backend).check_model(model)
 
 
 def check_jobs(jobs: Sequence[Job], *, known_windows: bool = True) -> dict[str, str]:

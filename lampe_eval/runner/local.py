@@ -130,7 +130,10 @@ def gpu_groups(gpus: list[str], per_worker: int, workers: int | None) -> list[li
 
 def make_handles(config: WorkerConfig, store: ResultStore, settings: RunSettings) -> list[Handle]:
     """The workers: Ray actors, one process per GPU (or per group of ``gpus_per_worker`` GPUs), N CPU
-    processes, or one inline worker."""
+    processes, or one inline worker; one inline worker for a backend whose one engine places itself or
+    calls an endpoint (its placement)."""
+    from ..backends import BACKENDS, Placement
+
     check_settings(settings)
     per_worker = settings.gpus_per_worker
     config = dataclasses.replace(
@@ -139,6 +142,8 @@ def make_handles(config: WorkerConfig, store: ResultStore, settings: RunSettings
         device=config.device or settings.device,
         device_map=settings.device_map or ("auto" if per_worker > 1 else None),
     )
+    if BACKENDS.get(settings.backend).placement is not Placement.PER_DEVICE:
+        return [InlineHandle(config, store)]
     if settings.ray or settings.ray_address:
         from .ray_backend import ray_handles
 
@@ -154,8 +159,6 @@ def make_handles(config: WorkerConfig, store: ResultStore, settings: RunSettings
                 init_kwargs=init,
             )
         )
-    if settings.backend == "vllm":  # one engine, started from this process (it spawns its own)
-        return [InlineHandle(config, store)]
     device, workers = config.device, settings.workers
     gpus = list(settings.gpus) if settings.gpus is not None else None
     if settings.load is not None and workers is None and gpus is None:

@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..backends import Backend, create_backend
+from ..backends import BACKENDS, BaseBackend
 from ..backends.rounds import Evaluated
 from ..benchmarks.base import Benchmark, Sample
 from ..records import SampleRecord, describe_identity, engine_identity
+from ..settings import DEFAULT_BACKEND, RunSettings
 from .events import Computed, Event, Failed, Finished, Loading, Skipped, Started, Warned
-from .experiment import RunSettings
 from .jobs import Job, WorkUnit
 
 
@@ -91,41 +91,28 @@ class Worker:
         import_plugins(config.imports)
         self.revision = config.revision or git_revision()
         self.versions = library_versions()
-        self.backend: Backend | None = None
+        self.backend: BaseBackend | None = None
         self.model_name: str | None = None
 
-    def load(self, model: str) -> Backend:
-        """The backend with ``model`` loaded (kept across units of the same model)."""
+    def load(self, model: str) -> BaseBackend:
+        """The backend with ``model`` loaded (kept across units of the same model): loaded by the backend's
+        class, or by the run's own ``load`` hook (tests, notebooks)."""
         if self.model_name != model or self.backend is None:
             self.unload()
             settings = self.config.settings
+            backend = BACKENDS.get(settings.backend)
             if settings.load is not None:
                 lm = settings.load(model)
-            elif settings.backend == "vllm":  # the engine loads the weights itself
-                from ..models import load_for_engine
-
-                lm = load_for_engine(model)
             else:
-                from ..models import load_model
-
-                lm = load_model(
-                    model,
-                    device=self.config.device,
-                    dtype=settings.dtype,
-                    device_map=self.config.device_map,
-                )
-            self.backend = create_backend(
-                settings.backend, lm, batch_size=settings.batch_size, dtype=settings.dtype
-            )
+                lm = backend.load(model, settings, self.config.device, self.config.device_map)
+            self.backend = backend.create(lm, settings)
             self.model_name = model
         return self.backend
 
     def unload(self) -> None:
         if self.backend is None:
             return
-        close = getattr(self.backend, "close", None)
-        if callable(close):  # an engine with processes of its own (vLLM)
-            close()
+        self.backend.close()  # an engine with processes of its own stops them
         self.backend = None
         self.model_name = None
         gc.collect()
@@ -280,13 +267,15 @@ def failure_line(err: Exception) -> str:
 
 def accepted_engines(engine: dict[str, Any], dtype_setting: str | None) -> set[str]:
     """The engine identities whose records this run reuses: its own, and the schema-1 records of its
-    device type when it runs with the defaults they were made with (the HF backend, the device's default
-    dtype, the automatic kernel choice)."""
+    device type when it runs with the defaults they were made with (the default backend, the device's
+    default dtype, the automatic kernel choice)."""
     from ..attention import kernels
 
     accepted = {engine_identity(engine)}
     defaults = (
-        engine.get("backend") == "hf" and dtype_setting in (None, "auto") and kernels.setting() == "auto"
+        engine.get("backend") == DEFAULT_BACKEND
+        and dtype_setting in (None, "auto")
+        and kernels.setting() == "auto"
     )
     if defaults:
         accepted.add(engine_identity(None, str(engine.get("device"))))

@@ -25,7 +25,7 @@ import types
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -34,7 +34,9 @@ from ..attention import AttentionPlan, segmented_attention
 from ..attention.engine import attend_rotated
 from ..attention.kv_cache import Generation, RotatedKeyCache, RotatedKeys, SideCopies
 from ..errors import LampeEvalError, UnsupportedModelError
-from .base import FrequencyMethod, Method, RopeBase
+from ..methods.base import Method
+from .plans import PlanCache
+from .rope_config import rope_base
 
 SUPPORTED_ATTENTION = ("LlamaAttention", "MistralAttention", "Qwen2Attention")
 _STATE_ATTR = "_lampe_eval_patch_state"  # the PatchState of a patched model (see new_cache)
@@ -58,35 +60,13 @@ def new_cache(model: Any, total_length: int | None = None) -> Any:
 
 
 @dataclass
-class PatchState:
-    """Shared by all layers of one patched model."""
+class PatchState(PlanCache):
+    """Shared by all layers of one patched model: the method's plans, and the bookkeeping of the
+    generation under way."""
 
-    method: Method
-    base: RopeBase
     context_length: int | None = None  # l of the latest sequence prefilled (the prompt length)
     # FALLBACK budget (prompt + new tokens) for caches that carry none, set by generation_budget
     total_length: int | None = None
-    # plans kept by (l, kv_len, budget), computed once per forward pass and shared by all layers: one (a
-    # plan memoises its tables, so an old one is dropped), or one per sequence of a forward pass when the
-    # backend runs several sequences of different lengths through each layer (vLLM)
-    max_plans: int = 1
-    _plans: dict[tuple[int, int, int | None], AttentionPlan] = field(default_factory=dict, repr=False)
-
-    def plan(self, context_length: int, kv_len: int, total_length: int | None) -> AttentionPlan:
-        """The plan for a sequence whose prompt had ``context_length`` tokens, now ``kv_len`` long, in a
-        generation of ``total_length`` tokens (None: unknown); computed once per forward pass and shared
-        by all layers."""
-        key = (context_length, kv_len, total_length)
-        if isinstance(self.method, FrequencyMethod) and self.method.fixed_key_positions():
-            key = (0, 0, None)  # fixed frequencies: one plan for all lengths (rope init is slow)
-        plan = self._plans.get(key)
-        if plan is None:
-            if len(self._plans) >= self.max_plans:  # those of an earlier forward pass: done
-                self._plans.clear()
-            plan = self._plans[key] = self.method.plan_with_budget(
-                self.base, context_length, kv_len, total_length
-            )
-        return plan
 
     def plan_for(self, q_start: int, kv_len: int) -> AttentionPlan:
         """The plan of a forward pass with no cache state: a pass from position 0 is a new sequence of
@@ -183,51 +163,6 @@ class PatchHandle:
 
     def __exit__(self, *exc: object) -> None:
         self.remove()
-
-
-def rope_base(model: Any, window: int | None = None) -> RopeBase:
-    """The model's own RoPE (frequencies as the model ships them, e.g. Llama-3.1's llama3 scaling)."""
-    rotary = getattr(getattr(model, "model", model), "rotary_emb", None)
-    if rotary is None or not hasattr(rotary, "inv_freq"):
-        raise UnsupportedModelError(
-            f"{type(model).__name__}: no rotary embedding found (is it a RoPE model?)"
-        )
-    return _rope_base_of(rotary, model.config, window)
-
-
-def rope_base_from_config(config: Any, window: int | None = None) -> RopeBase:
-    """:func:`rope_base` of a model not loaded here (the vLLM backend's): transformers' own rotary
-    embedding module of the config's architecture, built without weights, gives the same frequencies."""
-    import importlib
-
-    model_type = getattr(config, "model_type", "")
-    try:
-        module = importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
-    except ImportError as err:
-        raise UnsupportedModelError(f"{model_type!r}: no transformers modeling module") from err
-    classes = [c for n, c in vars(module).items() if n.endswith("RotaryEmbedding") and isinstance(c, type)]
-    if not classes:
-        raise UnsupportedModelError(f"{model_type!r}: no rotary embedding found (is it a RoPE model?)")
-    return _rope_base_of(classes[0](config), config, window)
-
-
-def _rope_base_of(rotary: Any, config: Any, window: int | None) -> RopeBase:
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    inv_freq = getattr(rotary, "original_inv_freq", rotary.inv_freq).detach().float().clone()
-    if inv_freq.numel() * 2 != head_dim:
-        raise UnsupportedModelError(
-            f"{config.model_type}: partial rotary embeddings "
-            f"(rotary dim {inv_freq.numel() * 2} of {head_dim}) are not supported"
-        )
-    from ..models import window_from_config
-
-    return RopeBase(
-        inv_freq=inv_freq,
-        attention_scaling=float(rotary.attention_scaling),
-        window=int(window or window_from_config(config)),
-        head_dim=head_dim,
-        config=config,
-    )
 
 
 def attention_layers(model: Any) -> list[torch.nn.Module]:

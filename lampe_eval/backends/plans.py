@@ -1,0 +1,38 @@
+"""The plans of one installed method, shared by every patched layer of a forward pass: both backends
+install a method with one :class:`PlanCache` (the Hugging Face patch's ``PatchState`` builds on it, the
+vLLM worker uses it as it is)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..attention import AttentionPlan
+from ..methods.base import FrequencyMethod, Method, RopeBase
+
+
+@dataclass
+class PlanCache:
+    """A method's plans kept by (l, kv_len, budget), computed once per forward pass and shared by all
+    layers: one (a plan memoises its tables, so an old one is dropped), or one per sequence of a forward
+    pass when the backend runs several sequences of different lengths through each layer (vLLM)."""
+
+    method: Method
+    base: RopeBase
+    max_plans: int = 1
+    _plans: dict[tuple[int, int, int | None], AttentionPlan] = field(default_factory=dict, repr=False)
+
+    def plan(self, context_length: int, kv_len: int, total_length: int | None) -> AttentionPlan:
+        """The plan for a sequence whose prompt had ``context_length`` tokens, now ``kv_len`` long, in a
+        generation of ``total_length`` tokens (None: unknown); computed once per forward pass and shared
+        by all layers."""
+        key = (context_length, kv_len, total_length)
+        if isinstance(self.method, FrequencyMethod) and self.method.fixed_key_positions():
+            key = (0, 0, None)  # fixed frequencies: one plan for all lengths (rope init is slow)
+        plan = self._plans.get(key)
+        if plan is None:
+            if len(self._plans) >= self.max_plans:  # those of an earlier forward pass: done
+                self._plans.clear()
+            plan = self._plans[key] = self.method.plan_with_budget(
+                self.base, context_length, kv_len, total_length
+            )
+        return plan

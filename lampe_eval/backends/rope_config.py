@@ -1,0 +1,53 @@
+"""A model's own RoPE (:class:`~lampe_eval.methods.base.RopeBase`, what methods resolve against), read from
+a loaded Hugging Face model or, for an engine that loads its own weights, from its config alone."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from ..errors import UnsupportedModelError
+from ..methods.base import RopeBase
+
+
+def rope_base(model: Any, window: int | None = None) -> RopeBase:
+    """The model's own RoPE (frequencies as the model ships them, e.g. Llama-3.1's llama3 scaling)."""
+    rotary = getattr(getattr(model, "model", model), "rotary_emb", None)
+    if rotary is None or not hasattr(rotary, "inv_freq"):
+        raise UnsupportedModelError(
+            f"{type(model).__name__}: no rotary embedding found (is it a RoPE model?)"
+        )
+    return _rope_base_of(rotary, model.config, window)
+
+
+def rope_base_from_config(config: Any, window: int | None = None) -> RopeBase:
+    """:func:`rope_base` of a model not loaded here (the vLLM backend's): transformers' own rotary
+    embedding module of the config's architecture, built without weights, gives the same frequencies."""
+    model_type = getattr(config, "model_type", "")
+    try:
+        module = importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
+    except ImportError as err:
+        raise UnsupportedModelError(f"{model_type!r}: no transformers modeling module") from err
+    classes = [c for n, c in vars(module).items() if n.endswith("RotaryEmbedding") and isinstance(c, type)]
+    if not classes:
+        raise UnsupportedModelError(f"{model_type!r}: no rotary embedding found (is it a RoPE model?)")
+    return _rope_base_of(classes[0](config), config, window)
+
+
+def _rope_base_of(rotary: Any, config: Any, window: int | None) -> RopeBase:
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    inv_freq = getattr(rotary, "original_inv_freq", rotary.inv_freq).detach().float().clone()
+    if inv_freq.numel() * 2 != head_dim:
+        raise UnsupportedModelError(
+            f"{config.model_type}: partial rotary embeddings "
+            f"(rotary dim {inv_freq.numel() * 2} of {head_dim}) are not supported"
+        )
+    from ..models import window_from_config
+
+    return RopeBase(
+        inv_freq=inv_freq,
+        attention_scaling=float(rotary.attention_scaling),
+        window=int(window or window_from_config(config)),
+        head_dim=head_dim,
+        config=config,
+    )

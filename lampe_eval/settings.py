@@ -1,0 +1,31 @@
+"""How to run (:class:`RunSettings`): below both the runner, which reads them, and the backends, which check
+the ones they cannot honour before any model loads."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+# The backend a run uses unless told otherwise; records of schema 1 predate backends and were made by it.
+DEFAULT_BACKEND = "hf"
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """How to run: never part of a result. ``load`` replaces the model loader (tests, notebooks): then
+    model names are not checked and the worker runs in this process unless workers/GPUs are asked for
+    (it must then be a module-level function: it is pickled)."""
+
+    device: str | None = None
+    dtype: str | None = None
+    workers: int | None = None
+    gpus: tuple[str, ...] | None = None
+    gpus_per_worker: int = 1  # >1: each worker spreads its model over that many GPUs (device_map auto)
+    device_map: str | None = None  # "auto": accelerate places the model over the worker's visible GPUs
+    batch_size: int = 1  # requests the backend runs together (equal token counts: the same results)
+    backend: str = DEFAULT_BACKEND  # the inference backend (lampe_eval.backends.BACKENDS)
+    ray: bool = False
+    ray_address: str | None = None
+    ray_init: Mapping[str, Any] | None = field(default=None, hash=False, compare=False)
+    load: Callable[[str], Any] | None = field(default=None, hash=False, compare=False)
