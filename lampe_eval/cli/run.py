@@ -77,7 +77,10 @@ def run_command(
         1, "--batch-size", help="Run up to N samples of a job together when their token counts are equal."
     ),
     backend: str | None = typer.Option(
-        None, "--backend", help="Inference backend: {backends} (default hf; vllm needs pip install vllm)."
+        None,
+        "--backend",
+        help="Inference backend: {backends} (default hf; vllm needs pip install vllm), or one an --import "
+        "module registers (docs/backends.md).",
     ),
     ray: bool = typer.Option(False, "--ray", help="Run the workers as Ray actors (one per GPU)."),
     ray_address: str | None = typer.Option(
