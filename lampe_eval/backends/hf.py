@@ -50,6 +50,7 @@ class HFBackend(BaseBackend):
     def __init__(self, lm: LoadedModel, batch_size: int = 1) -> None:
         super().__init__(lm, batch_size)
         self._tokenized: dict[str, list[int]] = {}  # prompts tokenized for batch_key, reused to generate
+        self._base: RopeBase | None = None  # the model's RoPE, read once (methods resolve and install on it)
 
     # ---------------------------------------------------------------------------------- setup
     @classmethod
@@ -74,14 +75,16 @@ class HFBackend(BaseBackend):
     def install(self, method: Method) -> PatchHandle:
         """Patch ``method`` into the model's attention; leaving the ``with`` block (or ``remove()``)
         restores it."""
-        return apply_method(self.lm.model, method, window=self.lm.pretraining_window)
+        return apply_method(self.lm.model, method, window=self.lm.pretraining_window, base=self.rope_base())
 
     def new_cache(self, total_length: int | None) -> Any:
         """The KV cache of one generation that may reach ``total_length`` tokens (the method's budget)."""
         return new_cache(self.lm.model, total_length)
 
     def rope_base(self) -> RopeBase:
-        return rope_base(self.lm.model, self.lm.pretraining_window)
+        if self._base is None:
+            self._base = rope_base(self.lm.model, self.lm.pretraining_window)
+        return self._base
 
     def describe(self) -> dict[str, Any]:
         parameter = next(self.lm.model.parameters(), None)

@@ -34,7 +34,7 @@ from ..attention import AttentionPlan, segmented_attention
 from ..attention.engine import attend_rotated
 from ..attention.kv_cache import Generation, RotatedKeyCache, RotatedKeys, SideCopies
 from ..errors import LampeEvalError, UnsupportedModelError
-from ..methods.base import Method
+from ..methods.base import Method, RopeBase
 from .plans import PlanCache
 from .rope_config import rope_base
 
@@ -192,13 +192,16 @@ def _reject_padding(module: Any, args: tuple, kwargs: dict) -> None:
         raise LampeEvalError("patched attention does not support padded batches: run one sequence at a time")
 
 
-def apply_method(model: Any, method: Method, window: int | None = None) -> PatchHandle:
-    """Patch every attention layer of ``model`` with ``method``. ``rope`` patches nothing."""
+def apply_method(
+    model: Any, method: Method, window: int | None = None, base: RopeBase | None = None
+) -> PatchHandle:
+    """Patch every attention layer of ``model`` with ``method``. ``rope`` patches nothing. ``base``: the
+    model's RoPE when the caller has it already (else read from the model)."""
     if method.kind == "baseline":
         return PatchHandle([], [], None)
     layers = attention_layers(model)
     _check_config(model)
-    state = PatchState(method=method, base=rope_base(model, window))
+    state = PatchState(method=method, base=base or rope_base(model, window))
     layers = [layers[i] for i in method.patched_layers(len(layers))]  # the others keep their own attention
     forward = _make_forward(state)
     for layer in layers:
