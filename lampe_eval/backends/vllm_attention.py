@@ -42,38 +42,6 @@ _PATCHED = "lampe"  # the attribute of a patched vLLM Attention layer that holds
 
 
 @dataclass
-class PatchedLayer:
-    """What a patched vLLM ``Attention`` layer carries: the attention module (its parent) whose rotary
-    embedding the method replaced, and that module's own one."""
-
-    module: torch.nn.Module
-    rotary: torch.nn.Module
-
-
-@dataclass
-class EngineLayer(PatchedLayer):
-    """A patched layer whose attention lampe-eval's engine runs: the method's shared state and this
-    layer's slot pool (replaced, empty, at each batch)."""
-
-    sequences: Sequences
-    pool: SlotPool
-
-
-def patched_layer(layer: torch.nn.Module) -> PatchedLayer | None:
-    """What the method installed in ``layer`` (a vLLM ``Attention``), if any."""
-    return getattr(layer, _PATCHED, None)
-
-
-def patch_layer(layer: torch.nn.Module, patched: PatchedLayer | None) -> None:
-    """Set (``None``: remove) what the method installed in ``layer``."""
-    if patched is None:
-        if hasattr(layer, _PATCHED):
-            delattr(layer, _PATCHED)
-        return
-    setattr(layer, _PATCHED, patched)
-
-
-@dataclass
 class _Sequence:
     """A sequence in flight: its slot in the pools, its prompt length l (the plan's), budget and length."""
 
@@ -174,6 +142,38 @@ class Sequences:
         if free is None:
             raise LampeEvalError(f"vllm: more sequences in flight than max_num_seqs ({self.slots})")
         return free
+
+
+@dataclass
+class PatchedLayer:
+    """What a patched vLLM ``Attention`` layer carries: the attention module (its parent) whose rotary
+    embedding the method replaced, and that module's own one."""
+
+    module: torch.nn.Module
+    rotary: torch.nn.Module
+
+
+@dataclass
+class EngineLayer(PatchedLayer):
+    """A patched layer whose attention lampe-eval's engine runs: the method's shared state and this
+    layer's slot pool (replaced, empty, at each batch)."""
+
+    sequences: Sequences
+    pool: SlotPool
+
+
+def patched_layer(layer: torch.nn.Module) -> PatchedLayer | None:
+    """What the method installed in ``layer`` (a vLLM ``Attention``), if any."""
+    return getattr(layer, _PATCHED, None)
+
+
+def patch_layer(layer: torch.nn.Module, patched: PatchedLayer | None) -> None:
+    """Set (``None``: remove) what the method installed in ``layer``."""
+    if patched is None:
+        if hasattr(layer, _PATCHED):
+            delattr(layer, _PATCHED)
+        return
+    setattr(layer, _PATCHED, patched)
 
 
 def _decode_batches(
