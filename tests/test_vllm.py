@@ -216,25 +216,45 @@ def test_vllms_own_rope_scaling_gives_our_frequencies_and_attention_factor(name:
 
 
 @pytest.mark.parametrize(
-    ("module", "metadata", "impl"),
+    ("module", "metadata", "impl", "builder"),
     [
-        ("vllm.v1.attention.backends.cpu_attn", "CPUAttentionMetadata", "CPUAttentionBackendImpl"),
-        ("vllm.v1.attention.backends.flash_attn", "FlashAttentionMetadata", "FlashAttentionImpl"),
+        (
+            "vllm.v1.attention.backends.cpu_attn",
+            "CPUAttentionMetadata",
+            "CPUAttentionBackendImpl",
+            "CPUAttentionMetadataBuilder",
+        ),
+        (
+            "vllm.v1.attention.backends.flash_attn",
+            "FlashAttentionMetadata",
+            "FlashAttentionImpl",
+            "FlashAttentionMetadataBuilder",
+        ),
     ],
 )
 def test_both_platform_backends_give_what_the_lampe_backend_reads(
-    module: str, metadata: str, impl: str
+    module: str, metadata: str, impl: str, builder: str
 ) -> None:
-    """The CUDA backend has never run here (no GPU): its metadata and forward must at least have the shape
-    the lampe attention reads on CPU (``vllm_worker.Installed.pass_for``, ``LampeAttentionImpl.forward``
-    and ``do_kv_cache_update``)."""
+    """The CUDA backend has never run here (no GPU): its metadata, builder and forward must at least have
+    the shape the lampe attention reads on CPU (``vllm_attention.LampeMetadataBuilder``, which copies the
+    metadata's fields into its subclass and prepares the pass from vLLM's common metadata,
+    ``LampeAttentionImpl.forward`` and ``do_kv_cache_update``)."""
     import importlib
     import inspect
 
+    from vllm.v1.attention.backend import CommonAttentionMetadata
+
     found = importlib.import_module(module)
-    fields = {f.name for f in dataclasses.fields(getattr(found, metadata))}
-    assert {"query_start_loc", "seq_lens", "block_table"} <= fields
+    fields = dataclasses.fields(getattr(found, metadata))
+    assert {"query_start_loc", "seq_lens", "block_table"} <= {f.name for f in fields}
+    assert all(f.init for f in fields)
+    common = {f.name for f in dataclasses.fields(CommonAttentionMetadata)}
+    assert {"query_start_loc_cpu", "seq_lens", "block_table_tensor"} <= common
     parameters = list(inspect.signature(getattr(found, impl).forward).parameters)
     assert parameters[:8] == ["self", "layer", "query", "key", "value", "kv_cache", "attn_metadata", "output"]
     update = list(inspect.signature(getattr(found, impl).do_kv_cache_update).parameters)
     assert update == ["self", "layer", "key", "value", "kv_cache", "slot_mapping"]
+    init = list(inspect.signature(getattr(found, builder).__init__).parameters)
+    assert init == ["self", "kv_cache_spec", "layer_names", "vllm_config", "device"]
+    build = list(inspect.signature(getattr(found, builder).build).parameters)
+    assert build == ["self", "common_prefix_len", "common_attn_metadata", "fast_build"]

@@ -73,7 +73,7 @@ def attend_sequence(
     """Sequences of one plan, stored in ``slots``, and one call for them: un-rotated ``query``
     [B, Hq, n, D], ``key`` and ``value`` [B, Hkv, n, D] of tokens ``q_start..`` (B = len(slots); several
     only for prefills, ``q_start`` 0, whose keys are all here); returns [B, Hq, n, D]. The arithmetic of
-    the Hugging Face backend's patched attention (``methods.patch.attend_patched``)."""
+    the Hugging Face backend's patched attention (``backends.hf_patch.attend_patched``)."""
     if len(slots) != 1 and q_start != 0:
         raise ValueError("several sequences share a call only in a prefill")
     end = q_start + key.shape[2]

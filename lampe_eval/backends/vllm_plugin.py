@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-BACKEND_PATH = "lampe_eval.backends.vllm_worker.LampeAttentionBackend"
+BACKEND_PATH = "lampe_eval.backends.vllm_attention.LampeAttentionBackend"
 ENABLE = "LAMPE_EVAL_VLLM"
 
 
