@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,39 +45,57 @@ def parse_typed(value: Any, kind: type, what: str) -> Any:
     """``value`` (text or YAML data) as ``kind`` (bool, int, float, str or Path), strictly."""
     if kind is bool:
         return parse_flag(value, what)
+    parse = _PARSERS.get(kind)
+    if parse is None:
+        raise TypeError(f"unsupported option type {kind!r}")
     expected = f"{what} must be {TYPE_NAMES.get(kind, kind.__name__)}, got {value!r}"
     if isinstance(value, (bool, list, dict, tuple)) or value is None:
         raise LampeEvalError(expected)
-    if kind is int:
-        if isinstance(value, int):
-            return value
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            raise LampeEvalError(expected) from None
-        if not math.isfinite(number) or not number.is_integer():
-            raise LampeEvalError(expected)
-        return int(number)
-    if kind is float:
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            raise LampeEvalError(expected) from None
-        if math.isnan(number):
-            raise LampeEvalError(expected)
-        return number
-    if kind is Path:
-        text = str(value).strip()
-        if not text:
-            raise LampeEvalError(expected)
-        return os.path.abspath(os.path.expanduser(text))  # a path is data: the same one from any cwd
-    if kind is str:
-        if isinstance(value, (int, float)):
-            return str(value)
-        if not isinstance(value, str):
-            raise LampeEvalError(expected)
+    parsed = parse(value)
+    if parsed is None:
+        raise LampeEvalError(expected)
+    return parsed
+
+
+def _number(value: object) -> float | None:
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+
+
+def _parse_int(value: object) -> int | None:
+    if isinstance(value, int):
         return value
-    raise TypeError(f"unsupported option type {kind!r}")
+    number = _number(value)
+    if number is None or not math.isfinite(number) or not number.is_integer():
+        return None
+    return int(number)
+
+
+def _parse_float(value: object) -> float | None:
+    number = _number(value)
+    return None if number is None or math.isnan(number) else number
+
+
+def _parse_path(value: object) -> str | None:
+    text = str(value).strip()
+    return os.path.abspath(os.path.expanduser(text)) if text else None  # the same path from any cwd
+
+
+def _parse_str(value: object) -> str | None:
+    if isinstance(value, (int, float)):
+        return str(value)
+    return value if isinstance(value, str) else None
+
+
+# Each parser gives None for a value its type cannot take (then one line says what was expected).
+_PARSERS: dict[type, Callable[[object], object]] = {
+    int: _parse_int,
+    float: _parse_float,
+    Path: _parse_path,
+    str: _parse_str,
+}
 
 
 @dataclass(frozen=True)

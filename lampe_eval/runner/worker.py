@@ -12,10 +12,10 @@ import math
 import subprocess
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..backends import BACKENDS, BaseBackend
 from ..backends.rounds import Evaluated
@@ -24,6 +24,9 @@ from ..records import SampleRecord, describe_identity, engine_identity
 from ..settings import DEFAULT_BACKEND, RunSettings
 from .events import Computed, Event, Failed, Finished, Loading, Skipped, Started, Warned
 from .jobs import Job, WorkUnit
+
+if TYPE_CHECKING:
+    from ..methods.resolve import ResolvedMethod
 
 
 def git_revision() -> str:
@@ -142,22 +145,13 @@ class Worker:
         from ..backends.rounds import evaluate_samples
         from ..benchmarks import SampleContext, get_benchmark
         from ..benchmarks.sample_cache import tokenizer_fingerprint
-        from ..methods import METHODS
-        from ..methods.resolve import resolve_method
 
         job = unit.job
         backend = self.load(job.model)
         lm = backend.lm
         bench = get_benchmark(job.benchmark)
         bench.check_task(job.task)
-        resolved = resolve_method(
-            job.method,
-            lm.pretraining_window,
-            job.length,
-            params=job.method_params,
-            configs=False,  # job.method_params already holds the method_configs values
-            base=backend.rope_base() if METHODS.get(job.method).kind == "position" else None,
-        )
+        resolved = _resolve(job, backend)
         ctx = SampleContext(
             lm=lm,
             length=job.length,
@@ -173,34 +167,20 @@ class Worker:
         engine = {**backend.describe(), "batch_size": self.config.settings.batch_size}
         stamp = RecordStamp(resolved.params, resolved.label, engine, tokenizer_fingerprint(lm.tokenizer))
         engines = accepted_engines(engine, self.config.settings.dtype)
-        skipped: list[str] = []
-        elsewhere: dict[str, int] = {}  # engines of stored records recomputed now -> how many
-
-        def todo() -> Iterator[tuple[int, Sample, str]]:
-            for index, sample in enumerate(bench.samples(job.task, ctx)):
-                if not unit.takes(index):
-                    continue
-                fingerprint = sample.fingerprint(stamp.tokenizer)
-                sample_id = str(sample.sample_id)
-                if unit.finished(sample_id, fingerprint, engines):
-                    skipped.append(job.sample_key(sample.sample_id))
-                    continue
-                other = unit.other_engine(sample_id, fingerprint, engines)
-                if other is not None:
-                    elsewhere[other] = elsewhere.get(other, 0) + 1
-                yield index, sample, fingerprint
+        pending = _Pending(unit, engines, stamp.tokenizer)
 
         def skips() -> Iterator[Event]:
-            while skipped:
-                yield Skipped(uid, skipped.pop(0))
+            while pending.skipped:
+                yield Skipped(uid, pending.skipped.pop(0))
 
         with backend.install(resolved.method):
-            for done in evaluate_samples(backend, todo(), lambda item: bench.evaluate(item[1], ctx)):
+            todo = pending.samples(bench.samples(job.task, ctx))
+            for done in evaluate_samples(backend, todo, lambda item: bench.evaluate(item[1], ctx)):
                 yield from skips()
                 index, sample, fingerprint = done.item
                 yield self._record(bench, uid, job, stamp, index, sample, fingerprint, done)
             yield from skips()
-        for other, count in elsewhere.items():  # one line per engine the stored records came from
+        for other, count in pending.elsewhere.items():  # one line per engine the stored records came from
             made = f"{count} stored sample(s) made with {describe_identity(other)}"
             now = describe_identity(engine_identity(engine))
             yield Warned(uid, f"{unit.describe()}: {made} are computed again with {now}")
@@ -254,6 +234,47 @@ class Worker:
             meta={k: v for k, v in sample.meta.items() if k != "stop"},
         )
         return Computed(uid, record)
+
+
+def _resolve(job: Job, backend: BaseBackend) -> ResolvedMethod:
+    """The job's method on the loaded model: its window, and its own RoPE for a position method."""
+    from ..methods import METHODS
+    from ..methods.resolve import resolve_method
+
+    return resolve_method(
+        job.method,
+        backend.lm.pretraining_window,
+        job.length,
+        params=job.method_params,
+        configs=False,  # job.method_params already holds the method_configs values
+        base=backend.rope_base() if METHODS.get(job.method).kind == "position" else None,
+    )
+
+
+class _Pending:
+    """A unit's samples still to compute: those of its shard without a record from an accepted engine;
+    the others' keys are kept (``skipped``), and the engines of stored records computed again are
+    counted (``elsewhere``)."""
+
+    def __init__(self, unit: WorkUnit, engines: set[str], tokenizer: str) -> None:
+        self.unit, self.engines, self.tokenizer = unit, engines, tokenizer
+        self.skipped: list[str] = []
+        self.elsewhere: dict[str, int] = {}
+
+    def samples(self, samples: Iterable[Sample]) -> Iterator[tuple[int, Sample, str]]:
+        unit = self.unit
+        for index, sample in enumerate(samples):
+            if not unit.takes(index):
+                continue
+            fingerprint = sample.fingerprint(self.tokenizer)
+            sample_id = str(sample.sample_id)
+            if unit.finished(sample_id, fingerprint, self.engines):
+                self.skipped.append(unit.job.sample_key(sample.sample_id))
+                continue
+            other = unit.other_engine(sample_id, fingerprint, self.engines)
+            if other is not None:
+                self.elsewhere[other] = self.elsewhere.get(other, 0) + 1
+            yield index, sample, fingerprint
 
 
 def failure_line(err: Exception) -> str:
