@@ -75,7 +75,8 @@ class HFBackend(BaseBackend):
     def install(self, method: Method) -> PatchHandle:
         """Patch ``method`` into the model's attention; leaving the ``with`` block (or ``remove()``)
         restores it."""
-        return apply_method(self.lm.model, method, window=self.lm.pretraining_window, base=self.rope_base())
+        base = self.rope_base() if method.kind != "baseline" else None  # rope patches nothing: needs none
+        return apply_method(self.lm.model, method, window=self.lm.pretraining_window, base=base)
 
     def new_cache(self, total_length: int | None) -> Any:
         """The KV cache of one generation that may reach ``total_length`` tokens (the method's budget)."""
