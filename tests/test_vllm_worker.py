@@ -15,8 +15,16 @@ pytest.importorskip("vllm")
 from vllm.model_executor.layers.attention import Attention  # noqa: E402
 
 from lampe_eval.backends.plans import PlanCache  # noqa: E402
-from lampe_eval.backends.vllm_attention import EngineLayer, PatchedLayer, Sequences, patched_layer  # noqa: E402
-from lampe_eval.backends.vllm_worker import begin_batch, install, uninstall  # noqa: E402
+from lampe_eval.backends.vllm_attention import (  # noqa: E402
+    EngineLayer,
+    PatchedLayer,
+    RequestPlans,
+    patched_layer,
+    request_budget,
+)
+from lampe_eval.backends.vllm_plugin import BUDGET, KEY_COPIES  # noqa: E402
+from lampe_eval.backends.vllm_worker import install, uninstall  # noqa: E402
+from lampe_eval.errors import LampeEvalError  # noqa: E402
 from lampe_eval.methods import create_method  # noqa: E402
 from tests.test_methods_exact import WINDOW, base  # noqa: E402
 
@@ -52,7 +60,7 @@ def _worker() -> SimpleNamespace:
     model.model.layers = blocks
     context = {f"model.layers.{i}.self_attn.attn": b.self_attn.attn for i, b in enumerate(blocks)}
     return SimpleNamespace(
-        model_runner=SimpleNamespace(get_model=lambda: model),
+        model_runner=SimpleNamespace(get_model=lambda: model, requests={}, input_batch=None),
         vllm_config=SimpleNamespace(
             compilation_config=SimpleNamespace(static_forward_context=context),
             scheduler_config=SimpleNamespace(max_num_seqs=SLOTS),
@@ -62,25 +70,34 @@ def _worker() -> SimpleNamespace:
     )
 
 
-def test_an_attention_method_lives_on_the_layers_and_uninstall_removes_it() -> None:
+def test_an_attention_method_lives_on_the_layers_and_uninstall_removes_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(KEY_COPIES, "2")  # LaMPE's head and tail share a key map; its middle has another
     worker = _worker()
     method = create_method("lampe", WINDOW, 4 * WINDOW, s1=8, s2=4, m=60, identity_within_window=False)
     assert install(worker, method, base()) == "attention"
     states = [patched_layer(b.self_attn.attn) for b in worker.blocks]
     assert all(isinstance(s, EngineLayer) for s in states)
     engine = [s for s in states if isinstance(s, EngineLayer)]
-    assert len({id(s.sequences) for s in engine}) == 1  # one state shared by every patched layer
-    assert engine[0].sequences.state.method is method and engine[0].sequences.slots == SLOTS
+    assert len({id(s.plans) for s in engine}) == 1  # one state shared by every patched layer
+    assert engine[0].plans.state.method is method and engine[0].plans.runner is worker.model_runner
     assert all(s.rotary is worker.rotary for s in engine)
     assert all(b.self_attn.rotary_emb is not worker.rotary for b in worker.blocks)
-    begin_batch(worker, {100: 120}, 120)
-    assert engine[0].sequences.budgets == {100: 120}
-    assert all(s.pool.capacity == 120 and s.pool.slots == SLOTS for s in engine)
-    begin_batch(worker, {}, 0)
-    assert all(s.pool.capacity == 0 for s in engine)
     uninstall(worker)
     assert all(patched_layer(b.self_attn.attn) is None for b in worker.blocks)
     assert all(b.self_attn.rotary_emb is worker.rotary for b in worker.blocks)
+
+
+def test_a_method_with_more_key_copies_than_the_engine_holds_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(KEY_COPIES, "1")
+    method = create_method("lampe", WINDOW, 4 * WINDOW, s1=8, s2=4, m=60, identity_within_window=False)
+    with pytest.raises(
+        LampeEvalError, match="keeps 2 rotated key copies per token; this engine's cache holds 1"
+    ):
+        install(_worker(), method, base())
 
 
 def test_a_frequency_method_gets_one_table_copy_and_uninstall_restores_it() -> None:
@@ -92,37 +109,54 @@ def test_a_frequency_method_gets_one_table_copy_and_uninstall_restores_it() -> N
     states = [patched_layer(b.self_attn.attn) for b in worker.blocks]
     assert all(type(s) is PatchedLayer for s in states)
     assert float(worker.rotary.cos_sin_cache.abs().sum()) == 0  # the original's table is untouched
-    begin_batch(worker, {10: None}, 10)  # no engine state: nothing to start
     assert install(worker, create_method("rope", WINDOW, 4 * WINDOW), base()) == "none"  # uninstalls
     assert all(patched_layer(b.self_attn.attn) is None for b in worker.blocks)
     assert all(b.self_attn.rotary_emb is worker.rotary for b in worker.blocks)
 
 
-def _common(starts: list[int], seq_lens: list[int], first_blocks: list[int]) -> SimpleNamespace:
+def _runner(requests: dict[str, tuple[int, SimpleNamespace]], order: list[str]) -> SimpleNamespace:
+    """vLLM's V1 model runner as the plans read it: request states by id, the pass's rows in order."""
+    return SimpleNamespace(
+        requests={
+            rid: SimpleNamespace(prompt_token_ids=[0] * n, sampling_params=sampling)
+            for rid, (n, sampling) in requests.items()
+        },
+        input_batch=SimpleNamespace(req_ids=order),
+    )
+
+
+def _common(starts: list[int], seq_lens: list[int]) -> SimpleNamespace:
     """vLLM's CommonAttentionMetadata as the builder reads it."""
     return SimpleNamespace(
         query_start_loc_cpu=torch.tensor(starts),
         seq_lens=torch.tensor(seq_lens),
-        block_table_tensor=torch.tensor(first_blocks)[:, None],
+        num_reqs=len(seq_lens),
+        slot_mapping=torch.arange(starts[-1]),
+        block_table_tensor=torch.zeros(len(seq_lens), 4, dtype=torch.long),
     )
 
 
-def test_a_pass_groups_prefills_by_plan_and_length_and_batches_decode_rows() -> None:
+def test_each_rows_plan_comes_from_its_own_request_in_any_order() -> None:
     method = create_method("lampe", WINDOW, 4 * WINDOW, s1=8, s2=4, m=60, identity_within_window=False)
-    sequences = Sequences(PlanCache(method, base(), max_plans=SLOTS), SLOTS)
-    sequences.begin({130: 140, 150: 160}, 160)
-    cpu = torch.device("cpu")
-    # three prefills: two of 130 tokens (one call), one of 150
-    prefill = sequences.prepare(_common([0, 130, 260, 410], [130, 130, 150], [7, 9, 11]), torch.float32, cpu)
-    assert [(c.rows, c.slots, c.q_start) for c in prefill.calls] == [
-        ([(0, 130), (130, 260)], [0, 1], 0),
-        ([(260, 410)], [2], 0),
+    cache = PlanCache(method, base(), max_plans=SLOTS)
+    sampling = SimpleNamespace(max_tokens=10, extra_args=None)
+    scored = SimpleNamespace(max_tokens=1, extra_args={BUDGET: None})
+    runner = _runner({"a": (130, sampling), "b": (150, sampling), "c": (150, scored)}, ["c", "a", "b"])
+    plans = RequestPlans(cache, runner)
+    # c prefills its first chunk (60 of 150 tokens), a decodes, b prefills whole
+    step = plans.prepare(_common([0, 60, 61, 211], [60, 131, 150]))
+    assert [(r.first, r.stop, r.q_start, r.table_row) for r in step.rows] == [
+        (0, 60, 0, 0),
+        (60, 61, 130, 1),
+        (61, 211, 0, 2),
     ]
-    assert prefill.decodes == []
-    # the next pass: one decode row each, consecutive rows read as one slice
-    decode = sequences.prepare(_common([0, 1, 2, 3], [131, 131, 151], [7, 9, 11]), torch.float32, cpu)
-    assert decode.calls == []
-    rows = [r for r, _ in decode.decodes]
-    assert all(isinstance(r, slice) for r in rows)
-    assert sorted(i for r in rows for i in range(3)[r]) == [0, 1, 2]
-    assert sum(batch.rows for _, batch in decode.decodes) == 3
+    # a chunk's plan is its whole prompt's; each request's budget is its own
+    assert step.rows[0].plan is cache.plan(150, 150, None)
+    assert step.rows[1].plan is cache.plan(130, 131, 140)
+    assert step.rows[2].plan is cache.plan(150, 150, 160)
+
+
+def test_a_requests_budget_is_its_prompt_and_max_tokens_unless_it_says() -> None:
+    assert request_budget(100, SimpleNamespace(max_tokens=28, extra_args=None)) == 128
+    assert request_budget(100, SimpleNamespace(max_tokens=1, extra_args={BUDGET: None})) is None
+    assert request_budget(100, SimpleNamespace(max_tokens=1, extra_args={BUDGET: 300})) == 300

@@ -149,7 +149,7 @@ class AttentionPlan:
     def segment_step(self, q_start: int, dtype: torch.dtype, device: torch.device) -> SegmentStep:
         """A single-query call at ``q_start`` with *every* segment, visible or not (an empty one gets an
         empty key range), ordered by key copy: the same shape for every sequence a method plans, so
-        :mod:`.slots` can run many sequences' decode steps as one batch."""
+        a batched decode can run many sequences' decode steps as one batch."""
 
         def make() -> SegmentStep:
             copy_of = self.key_groups()[0]

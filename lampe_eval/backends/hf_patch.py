@@ -278,7 +278,7 @@ def attend_patched(
 ) -> torch.Tensor:
     """One patched layer's attention: un-rotated ``query`` [B, Hq, n, D], ``key``/``value`` [B, Hkv, n, D]
     of the new tokens, and the generation's KV ``cache`` (None: a pass over the whole sequence). The vLLM
-    backend runs the same engine calls over its slot pools (``attention/slots.py``), which the tests hold
+    backend runs the same engine calls over its paged cache (``attention/paged.py``), which the tests hold
     equal to this."""
     n = query.shape[2]
     if cache is None:

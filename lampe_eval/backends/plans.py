@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..attention import AttentionPlan
+from ..attention.paged import key_copies
 from ..methods.base import FrequencyMethod, Method, RopeBase
 
 
@@ -36,3 +37,16 @@ class PlanCache:
                 self.base, context_length, kv_len, total_length
             )
         return plan
+
+
+def method_key_copies(method: Method, base: RopeBase) -> int:
+    """The rotated key copies per token ``method`` keeps in the engine's cache: its plans' distinct key
+    maps, probed at lengths up to 64 windows (1 for a method that re-rotates un-rotated keys, and for one
+    that runs through vLLM's own attention)."""
+    if method.kind == "baseline" or not method.fixed_key_positions():
+        return 1
+    if isinstance(method, FrequencyMethod):
+        return 1
+    window = base.window
+    lengths = (window // 2, window + 1, 2 * window + 3, 4 * window + 5, 16 * window + 7, 64 * window + 9)
+    return max(key_copies(method.plan_with_budget(base, n, n, n)) for n in lengths)

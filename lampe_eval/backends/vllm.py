@@ -4,9 +4,13 @@ batching, paged KV cache), with every lampe-eval method installed in vLLM's work
 lampe-eval's attention backend). Outputs equal the Hugging Face backend's (``tests/test_vllm.py``).
 
 The engine (``vllm.LLM``) starts at the first request, sized for the longest request seen (it starts
-again, larger, when a longer one comes), greedy, eager (no CUDA graphs, no compilation), with chunked
-prefill and prefix caching off (a method's plan is fixed by a prefill of the whole prompt). A method is
-installed and removed through ``collective_rpc``, so one engine serves every method of a model.
+again, larger, when a longer one comes; ``max_model_len`` is that length rounded up to
+:data:`LENGTH_STEP`), and for the installed method's rotated key copies per token (a method that keeps
+another number starts it again: its KV cache spec holds them, :mod:`.vllm_attention`). Greedy, eager (no
+CUDA graphs, no compilation), chunked prefill on, prefix caching off (a position method's keys depend on
+the whole prompt's length, so equal prefixes of different prompts do not have equal keys). A method is
+installed and removed through ``collective_rpc``; each sequence's plan comes from its own request in the
+worker, so nothing is announced per batch.
 """
 
 from __future__ import annotations
@@ -37,11 +41,15 @@ from .base import (
     Request,
     TokenNLL,
 )
+from .plans import method_key_copies
 from .rope_config import rope_base_from_config
 from .text import cut_at_stops, eos_ids, until_eos
+from .vllm_sizing import GIB, ModelShape, kv_bytes_per_token
 
+KV_SPACE = "VLLM_CPU_KVCACHE_SPACE"  # vLLM's CPU KV cache, whole GiB
 DEFAULT_KV_CACHE_GIB = "4"  # VLLM_CPU_KVCACHE_SPACE when the user set none
 MIN_MODEL_LEN = 4096
+LENGTH_STEP = 256  # max_model_len granularity: a multiple of every platform's block size (16 CUDA, 128 CPU)
 WORKER_EXTENSION = "lampe_eval.backends.vllm_worker.LampeWorkerExtension"
 
 
@@ -70,7 +78,14 @@ class VLLMBackend(BaseBackend):
 
     placement = Placement.SELF_PLACED
 
-    def __init__(self, lm: LoadedModel, batch_size: int = 1, dtype: str | None = None) -> None:
+    def __init__(
+        self,
+        lm: LoadedModel,
+        batch_size: int = 1,
+        dtype: str | None = None,
+        max_batched_tokens: int | None = None,
+        kv_cache_bytes: int | None = None,
+    ) -> None:
         check_vllm_installed()
         super().__init__(lm, batch_size)
         from ..models import default_device, parse_dtype
@@ -80,10 +95,13 @@ class VLLMBackend(BaseBackend):
         self.dtype = str(parse_dtype(dtype, self.device)).removeprefix("torch.")
         self.source: str = lm.extra["source"]
         self.config: Any = lm.extra["config"]
+        self.max_batched_tokens = max_batched_tokens  # tokens per step (prefill chunks); None: vLLM's
+        self.kv_cache_bytes = kv_cache_bytes  # the engine's KV cache; None: vLLM's sizing
         self._llm: Any = None
         self._model_len = 0
+        self._key_copies = 1  # what the running engine's cache holds
+        self._copies_of: tuple[Method | None, int] = (None, 1)  # the installed method's, once worked out
         self._method: Method | None = None
-        self._installed_as = "none"
         self._eos = self._eos_ids()
 
     # ------------------------------------------------------------------------- before loading
@@ -102,6 +120,13 @@ class VLLMBackend(BaseBackend):
             raise LampeEvalError(
                 "--backend vllm runs one engine from this process (vLLM batches the requests itself): drop "
                 "--workers/--gpus and choose the GPU with CUDA_VISIBLE_DEVICES"
+            )
+
+        space = os.environ.get(KV_SPACE, "")
+        if space and not space.isdigit():
+            raise LampeEvalError(
+                f"{KV_SPACE}={space}: vLLM reads a whole number of GiB there (0.5 GiB is not one): set it "
+                "to 1 or more, or unset it"
             )
 
     @classmethod
@@ -131,27 +156,51 @@ class VLLMBackend(BaseBackend):
 
     # ---------------------------------------------------------------------------------- engine
     def _engine(self, longest: int) -> Any:
-        """The engine, started (again, larger) when none holds ``longest`` tokens."""
-        if self._llm is not None and longest <= self._model_len:
+        """The engine, started (again) when none holds ``longest`` tokens and the installed method's key
+        copies."""
+        copies = self._method_key_copies()
+        if self._llm is not None and longest <= self._model_len and copies == self._key_copies:
             return self._llm
         self.close()
-        from vllm import LLM
-
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", DEFAULT_KV_CACHE_GIB)
+        model_len = model_length(longest)
+        self._check_room(model_len, copies)
+        if self.kv_cache_bytes is None:
+            os.environ.setdefault(KV_SPACE, DEFAULT_KV_CACHE_GIB)
+        else:  # vLLM's CPU platform lets its environment variable win over the engine argument
+            os.environ.pop(KV_SPACE, None)
         # vLLM on CPUs keeps one core away from its worker for the engine's own loop; an offline evaluation
         # gives the worker every core (on 2 cores: 1.8x the LongBench-shaped throughput, docs/vllm.md)
         os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
         os.environ[vllm_plugin.ENABLE] = "1"  # the plugin acts in this engine's processes
-        model_len = max(MIN_MODEL_LEN, 1 << (longest - 1).bit_length())
-        self._llm = LLM(
+        os.environ[vllm_plugin.KEY_COPIES] = str(copies)  # the cache spec the engine's layers declare
+        # the worker reads each row's request from the V1 model runner's structures (vllm_attention.py)
+        os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "0"
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # its info lines: VLLM_LOGGING_LEVEL=INFO
+        try:
+            self._llm = self._start(model_len)
+        except Exception as error:  # vLLM's engine core says why in its log, above
+            first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            raise LampeEvalError(
+                f"vllm: the engine did not start ({type(error).__name__}: {first}); vLLM's log above says why"
+            ) from error
+        self._model_len, self._key_copies = model_len, copies
+        if self._method is not None:
+            self._install_in_engine(self._method)
+        return self._llm
+
+    def _start(self, model_len: int) -> Any:
+        from vllm import LLM
+
+        return LLM(
             model=self.source,
             tokenizer=self.source,
             dtype=self.dtype,
             max_model_len=model_len,
-            max_num_batched_tokens=model_len,
+            max_num_batched_tokens=self.max_batched_tokens,
+            kv_cache_memory_bytes=self.kv_cache_bytes,
             max_num_seqs=self.batch_size,
             enforce_eager=True,
-            enable_chunked_prefill=False,
+            enable_chunked_prefill=True,
             enable_prefix_caching=False,
             attention_backend="CUSTOM",
             worker_extension_cls=WORKER_EXTENSION,
@@ -159,10 +208,34 @@ class VLLMBackend(BaseBackend):
             hf_overrides={"max_position_embeddings": max(model_len, self._config_positions())},
             seed=0,
         )
-        self._model_len = model_len
-        if self._method is not None:
-            self._install_in_engine(self._method)
-        return self._llm
+
+    def _check_room(self, model_len: int, copies: int) -> None:
+        """One line, before the weights load, when the KV cache set for the engine (CPU: the bytes given, or
+        ``VLLM_CPU_KVCACHE_SPACE``) cannot hold one sequence of ``model_len`` tokens."""
+        budget = self.kv_cache_bytes
+        if budget is None and self.device == "cpu":
+            budget = int(os.environ.get(KV_SPACE) or DEFAULT_KV_CACHE_GIB) * GIB
+        if budget is None:
+            return  # a GPU's: vLLM measures it after loading
+        itemsize = torch.empty(0, dtype=getattr(torch, self.dtype)).element_size()
+        shape = ModelShape.from_config(self.source, self.config)
+        needed = kv_bytes_per_token(shape, copies, itemsize) * model_len
+        if needed > budget:
+            method = self._method.name if self._method is not None else "rope"
+            setting = f"{KV_SPACE} (whole GiB)" if self.kv_cache_bytes is None else "kv_cache_bytes"
+            raise LampeEvalError(
+                f"vllm: one sequence of {model_len} tokens needs {needed / GIB:.2f} GiB of KV cache "
+                f"({method}: {copies} key copies per token), the engine has {budget / GIB:.2f} GiB: "
+                f"raise {setting} or use shorter --len"
+            )
+
+    def _method_key_copies(self) -> int:
+        """Rotated key copies per token the installed method keeps (1 without one)."""
+        if self._method is None:
+            return self._key_copies if self._llm is not None else 1
+        if self._copies_of[0] is not self._method:
+            self._copies_of = (self._method, method_key_copies(self._method, self.rope_base()))
+        return self._copies_of[1]
 
     def _config_positions(self) -> int:
         return int(getattr(self.config, "max_position_embeddings", 0) or 0)
@@ -176,6 +249,7 @@ class VLLMBackend(BaseBackend):
                 shutdown()
             self._llm = None
             self._model_len = 0
+            self._key_copies = 1
 
     def _rpc(self, name: str, *args: Any) -> list[Any]:
         """Call the worker extension's method ``lampe_<name>`` (:mod:`.vllm_worker`) in every worker."""
@@ -188,6 +262,8 @@ class VLLMBackend(BaseBackend):
     @contextmanager
     def _installed(self, method: Method) -> Iterator[None]:
         self._method = method
+        if self._llm is not None and self._method_key_copies() != self._key_copies:
+            self.close()  # its cache holds another number of key copies: the next request starts one
         if self._llm is not None:
             self._install_in_engine(method)
         try:
@@ -196,15 +272,17 @@ class VLLMBackend(BaseBackend):
             self._method = None
             if self._llm is not None:
                 self._rpc("uninstall")
-            self._installed_as = "none"
 
     def _install_in_engine(self, method: Method) -> None:
         params = json.dumps(method.params(), sort_keys=True, default=str)
         config = self.config.to_json_string(use_diff=False)
-        for how, rebuilt in self._rpc("install", method.name, params, config, self.lm.pretraining_window):
+        for _, rebuilt in self._rpc("install", method.name, params, config, self.lm.pretraining_window):
             if rebuilt != params:  # never run a method other than the one the records will name
                 raise LampeEvalError(f"vllm: {method.name} rebuilt in the worker as {rebuilt}, not {params}")
-            self._installed_as = how
+
+    def recomputed_sequences(self) -> int:
+        """Sequences prefilled again (preempted, then computed again) since the method was installed."""
+        return 0 if self._llm is None else int(self._rpc("recomputed")[0])
 
     def rope_base(self) -> RopeBase:
         return rope_base_from_config(self.config, self.lm.pretraining_window)
@@ -216,7 +294,7 @@ class VLLMBackend(BaseBackend):
             "dtype": self.dtype,
             "device": self.device,
             "kernel": "vllm-lampe",  # vLLM's attention, lampe-eval's in the layers a method patches
-            "settings": "eager, no chunked prefill, no prefix caching",
+            "settings": "eager, chunked prefill, no prefix caching",
         }
 
     # -------------------------------------------------------------------------------- batching
@@ -242,19 +320,12 @@ class VLLMBackend(BaseBackend):
 
     # ------------------------------------------------------------------------------ generation
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
-        ids = [self._ids(r) for r in requests]
-        results: dict[int, Generation] = {}
-        for batch in _one_budget_per_length(requests, ids):
-            results.update(self._generate_batch(batch, [requests[i] for i in batch], [ids[i] for i in batch]))
-        return [results[i] for i in range(len(requests))]
-
-    def _generate_batch(
-        self, indices: list[int], requests: list[GenerationRequest], ids: list[list[int]]
-    ) -> dict[int, Generation]:
+        """Every request in one ``LLM.generate`` call: each sequence's plan follows its own prompt length
+        and ``max_tokens`` in the worker."""
         from vllm import SamplingParams
 
-        budgets = [r.total_length(len(i)) for r, i in zip(requests, ids, strict=True)]
-        llm = self._engine(max(budgets))
+        ids = [self._ids(r) for r in requests]
+        llm = self._engine(max(r.total_length(len(i)) for r, i in zip(requests, ids, strict=True)))
         params = [
             SamplingParams(
                 temperature=0.0,
@@ -266,36 +337,21 @@ class VLLMBackend(BaseBackend):
             )
             for r in requests
         ]
-        prompts = [{"prompt_token_ids": i} for i in ids]
-        reach = max(len(i) + p.max_tokens for i, p in zip(ids, params, strict=True))
-        outputs, wall = self._run(
-            llm, prompts, params, dict(zip((len(i) for i in ids), budgets, strict=True)), reach
-        )
-        seconds = wall / len(requests)
-        results = {}
-        for index, request, prompt, output in zip(indices, requests, ids, outputs, strict=True):
-            eos = self._eos | set(request.stop_token_ids)
-            tokens = until_eos(torch.tensor(list(output.outputs[0].token_ids), dtype=torch.long), eos)
-            text = cut_at_stops(self.lm.tokenizer.decode(tokens, skip_special_tokens=True), request.stop)
-            results[index] = Generation(
-                text, len(prompt), int(tokens.shape[0]), seconds, tuple(tokens.tolist())
-            )
-        return results
-
-    def _run(
-        self, llm: Any, prompts: list[dict], params: Any, budgets: dict[int, int | None], reach: int
-    ) -> tuple[list[Any], float]:
-        """One ``LLM.generate`` call, the batch's budgets (by prompt length) and the most tokens a sequence
-        may reach announced to the installed method first."""
-        if self._installed_as == "attention":
-            self._rpc("begin_batch", [[length, budget] for length, budget in budgets.items()], reach)
         start = time.perf_counter()
-        try:
-            outputs = llm.generate(prompts, params, use_tqdm=False)
-        finally:
-            if self._installed_as == "attention":
-                self._rpc("end_batch")
-        return outputs, time.perf_counter() - start
+        outputs = llm.generate([{"prompt_token_ids": i} for i in ids], params, use_tqdm=False)
+        seconds = (time.perf_counter() - start) / len(requests)
+        return [
+            self._generation(request, prompt, output, seconds)
+            for request, prompt, output in zip(requests, ids, outputs, strict=True)
+        ]
+
+    def _generation(
+        self, request: GenerationRequest, prompt: list[int], output: Any, seconds: float
+    ) -> Generation:
+        eos = self._eos | set(request.stop_token_ids)
+        tokens = until_eos(torch.tensor(list(output.outputs[0].token_ids), dtype=torch.long), eos)
+        text = cut_at_stops(self.lm.tokenizer.decode(tokens, skip_special_tokens=True), request.stop)
+        return Generation(text, len(prompt), int(tokens.shape[0]), seconds, tuple(tokens.tolist()))
 
     # ------------------------------------------------------------------------------------ NLL
     def token_nll(self, requests: Sequence[NLLRequest]) -> list[TokenNLL]:
@@ -313,26 +369,23 @@ class VLLMBackend(BaseBackend):
 
         ids = list(input_ids)
         llm = self._engine(len(ids) + 1)
-        params = SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=0, detokenize=False)
-        outputs, _ = self._run(llm, [{"prompt_token_ids": ids}], params, {len(ids): None}, len(ids) + 1)
+        params = SamplingParams(
+            temperature=0.0,
+            max_tokens=1,
+            prompt_logprobs=0,
+            detokenize=False,
+            extra_args={vllm_plugin.BUDGET: None},  # a prompt scored alone: its plan has no budget
+        )
+        outputs = llm.generate([{"prompt_token_ids": ids}], params, use_tqdm=False)
         found = outputs[0].prompt_logprobs
         return [float(found[i][ids[i]].logprob) for i in range(1, len(ids))]
 
 
-def _one_budget_per_length(requests: Sequence[GenerationRequest], ids: list[list[int]]) -> list[list[int]]:
-    """Indices of ``requests`` in batches where each prompt length has one budget (the worker knows a
-    sequence's budget by its prompt length)."""
-    batches: list[tuple[dict[int, int | None], list[int]]] = []
-    for index, (request, prompt) in enumerate(zip(requests, ids, strict=True)):
-        budget = request.total_length(len(prompt))
-        for known, members in batches:
-            if known.get(len(prompt), budget) == budget:
-                known[len(prompt)] = budget
-                members.append(index)
-                break
-        else:
-            batches.append(({len(prompt): budget}, [index]))
-    return [members for _, members in batches]
+def model_length(longest: int) -> int:
+    """The engine's ``max_model_len`` for sequences of up to ``longest`` tokens: rounded up to
+    :data:`LENGTH_STEP` (a 128K prompt and its generation stay near 128K, not 256K), at least
+    :data:`MIN_MODEL_LEN`."""
+    return max(MIN_MODEL_LEN, -(-longest // LENGTH_STEP) * LENGTH_STEP)
 
 
 def _nll_sums(logprobs: list[float], tail_from: int | None, seconds: float) -> TokenNLL:

@@ -1,37 +1,38 @@
 """lampe-eval's vLLM attention backend (vLLM's ``CUSTOM`` backend, registered by
 :func:`lampe_eval.backends.vllm_plugin.register`): the platform's own (CPU attention, or FlashAttention on
 CUDA), except in the layers a position method patches (:mod:`.vllm_worker` installs it), where
-lampe-eval's engine runs over :class:`~lampe_eval.attention.slots.SlotPool` s.
+lampe-eval's engine runs over vLLM's own paged cache (:mod:`lampe_eval.attention.paged`).
 
-The state lives on vLLM's objects:
+* **Key copies inside vLLM's budget.** The engine is started for a number of rotated key copies
+  (:data:`KEY_COPIES`, set by the main process from the method, :func:`customize_spec`): the layers' KV
+  cache spec then holds ``copies`` keys and one value per token (``head_size`` = copies x head dim,
+  ``head_size_v`` = head dim), so vLLM's memory profiler, block manager, preemption and capacity count them.
+* **Plans from the request itself.** :class:`RequestPlans` reads each row's request in the model runner (its
+  prompt length, and its budget: prompt + ``max_tokens`` of its sampling parameters, or
+  ``extra_args["lampe_budget"]``), so requests arrive in any order, a chunked prefill's chunks share the
+  plan of the whole prompt, and a preempted sequence is computed again with its own plan.
+* :class:`LampeMetadataBuilder` sorts each forward pass's rows once, in ``build`` (:class:`Pass`), into the
+  metadata every layer reads.
 
-* each patched ``Attention`` layer carries a :class:`PatchedLayer` (:func:`patched_layer`): its module's
-  own rotary embedding, put back by uninstall; on the attention path an :class:`EngineLayer`, which adds
-  the layer's slot pool (every sequence's keys, rotated once per key map, and values) and the
-  :class:`Sequences` all patched layers share (the method, its plans, the sequences in flight);
-* :class:`LampeMetadataBuilder` sorts each forward pass's rows once, in ``build`` (:class:`Pass`: prefill
-  calls of one plan and prompt length, decode batches of one plan shape), into the metadata every layer
-  reads (:class:`LampeAttentionMetadata`).
-
-A sequence is known by the first block of its block table; its plan is fixed by its prefill, which must
-hold its whole prompt (chunked prefill and prefix caching are switched off by the backend, and a prefill
-of a length the batch did not announce, e.g. a preempted sequence computed again, fails loudly). The
-patched layers' paged cache is allocated but neither written nor read: their keys and values live in the
-pools (memory: see docs/vllm.md).
+Each patched ``Attention`` layer carries a :class:`PatchedLayer` (:func:`patched_layer`): its module's own
+rotary embedding, put back by uninstall; on the attention path an :class:`EngineLayer`, which adds the
+:class:`RequestPlans` all patched layers share.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ..attention import AttentionPlan
-from ..attention.slots import DecodeBatch, SlotPool, attend_sequence, decode_batches
+from ..attention.paged import PagedCache, attend_paged
 from ..errors import LampeEvalError
 from .plans import PlanCache
+from .vllm_plugin import BUDGET, KEY_COPIES
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -41,107 +42,90 @@ if TYPE_CHECKING:
 _PATCHED = "lampe"  # the attribute of a patched vLLM Attention layer that holds its PatchedLayer
 
 
-@dataclass
-class _Sequence:
-    """A sequence in flight: its slot in the pools, its prompt length l (the plan's), budget and length."""
-
-    slot: int
-    context_length: int
-    budget: int | None
-    length: int = 0
+def engine_key_copies() -> int:
+    """The rotated key copies per token this engine's paged cache was sized for (1: vLLM's own layout)."""
+    return int(os.environ.get(KEY_COPIES, "1") or 1)
 
 
-@dataclass
-class _Call:
-    """Sequences attended in one engine call: prefills of one plan and length, or one sequence's rows."""
+def customize_spec(spec: AttentionSpec) -> AttentionSpec:
+    """A layer's KV cache spec widened to the engine's key copies (keys ``copies`` x head dim wide, values
+    one head dim), so vLLM sizes, allocates and schedules the cache with them."""
+    copies = engine_key_copies()
+    if copies == 1:
+        return spec
+    return dataclasses.replace(spec, head_size=spec.head_size_v * copies, head_size_v=spec.head_size_v)
 
-    rows: list[tuple[int, int]]  # each sequence's [first, stop) rows of the pass's tokens
-    slots: list[int]
-    plan: AttentionPlan
+
+@dataclass(frozen=True)
+class _Row:
+    """One sequence's tokens in a forward pass: rows ``first..stop-1``, from position ``q_start``."""
+
+    first: int
+    stop: int
     q_start: int
+    plan: AttentionPlan
+    table_row: int  # its row of the block table
 
 
 @dataclass
 class Pass:
-    """One forward pass's rows, sorted once for every patched layer: engine calls (prefills) and batches
-    of decode rows."""
+    """One forward pass's sequences, each with its plan, and where their tokens go in the paged cache."""
 
-    calls: list[_Call]
-    decodes: list[tuple[slice | torch.Tensor, DecodeBatch]]
+    rows: list[_Row]
+    slots: torch.Tensor  # each token's slot (block * block size + offset)
+    block_table: torch.Tensor  # [sequences, blocks]
+
+
+def request_budget(prompt_length: int, sampling: Any) -> int | None:
+    """A request's budget from its sampling parameters: ``extra_args["lampe_budget"]`` when given (None: a
+    prompt scored alone), else the prompt and its ``max_tokens``."""
+    extra = getattr(sampling, "extra_args", None) or {}
+    if BUDGET in extra:
+        return None if extra[BUDGET] is None else int(extra[BUDGET])
+    return prompt_length + int(getattr(sampling, "max_tokens", None) or 1)
 
 
 @dataclass
-class Sequences:
-    """The installed method's state shared by its patched layers: its plans and the sequences in flight."""
+class RequestPlans:
+    """The installed method's plans, each sequence's from its own request in the model runner (vLLM's V1
+    runner: ``input_batch.req_ids`` gives each row's request, ``requests`` its prompt and parameters)."""
 
     state: PlanCache
-    slots: int  # sequences a forward pass may hold (max_num_seqs): the pools' slots
-    budgets: dict[int, int | None] = field(default_factory=dict)  # prompt length -> budget, this batch
-    capacity: int = 0  # tokens a sequence of this batch may reach
-    sequences: dict[int, _Sequence] = field(default_factory=dict)  # by first block id
+    runner: Any
+    prefilled: set[str] = field(default_factory=set)  # requests in flight whose prefill began
+    recomputed: int = 0  # prefills begun again (a preempted sequence computed again)
 
-    def begin(self, budgets: dict[int, int | None], capacity: int) -> None:
-        self.budgets, self.capacity = budgets, capacity
-        self.sequences.clear()
-
-    def prepare(self, common: CommonAttentionMetadata, dtype: torch.dtype, device: torch.device) -> Pass:
-        """The rows of the forward pass ``common`` describes, each sequence's slot and plan settled."""
+    def prepare(self, common: CommonAttentionMetadata) -> Pass:
+        """The rows of the forward pass ``common`` describes, each sequence's plan settled."""
         starts = common.query_start_loc_cpu.tolist()
         seq_lens = common.seq_lens.tolist()
-        first_blocks = common.block_table_tensor[:, 0].tolist()
-        live = set(first_blocks[: len(seq_lens)])
-        calls: dict[tuple, _Call] = {}
-        decodes: list[tuple[int, int, AttentionPlan, int]] = []  # (row, slot, plan, position)
-        for row, kv_len in enumerate(seq_lens):
-            a, b = starts[row], starts[row + 1]
-            if b <= a:
+        rows = []
+        for row in range(common.num_reqs):
+            first, stop = starts[row], starts[row + 1]
+            if stop <= first:
                 continue
-            q_start = kv_len - (b - a)
-            sequence = self._sequence(first_blocks[row], q_start, kv_len, live)
-            plan = self.state.plan(sequence.context_length, kv_len, sequence.budget)
-            sequence.length = kv_len
-            if b - a == 1 and q_start > 0 and self.state.method.fixed_key_positions():
-                decodes.append((a, sequence.slot, plan, q_start))
-            else:  # prefills of one plan and length share a call
-                group = (id(plan), b - a) if q_start == 0 else (row,)
-                call = calls.setdefault(group, _Call([], [], plan, q_start))
-                call.rows.append((a, b))
-                call.slots.append(sequence.slot)
-        return Pass(list(calls.values()), _decode_batches(decodes, dtype, device))
+            request_id = self.runner.input_batch.req_ids[row]
+            prompt_length, budget = self._request(request_id)
+            kv_len = seq_lens[row]
+            if kv_len == stop - first:
+                self._count_prefill(request_id)
+            # a prompt's chunks all use the plan of the whole prompt: what one prefill of it uses
+            plan = self.state.plan(prompt_length, max(kv_len, prompt_length), budget)
+            rows.append(_Row(first, stop, kv_len - (stop - first), plan, row))
+        return Pass(rows, common.slot_mapping, common.block_table_tensor)
 
-    def _sequence(self, first_block: int, q_start: int, kv_len: int, live: set[int]) -> _Sequence:
-        """The sequence whose block table starts with ``first_block``; a pass from position 0 starts a new
-        one (its budget from the lengths the batch announced) in a free slot."""
-        if q_start == 0:
-            if kv_len not in self.budgets:
-                raise LampeEvalError(
-                    f"vllm: a prefill of {kv_len} tokens that no request of this batch has (chunked prefill "
-                    "or a preempted sequence computed again): give the engine more KV cache "
-                    "(VLLM_CPU_KVCACHE_SPACE) or a smaller --batch-size"
-                )
-            ended = self.sequences.pop(first_block, None)  # its blocks are free: that sequence is done
-            slot = ended.slot if ended is not None else self._free_slot(live)
-            self.sequences[first_block] = _Sequence(slot, kv_len, self.budgets[kv_len])
-            return self.sequences[first_block]
-        sequence = self.sequences.get(first_block)
-        if sequence is None or sequence.length != q_start:
-            raise LampeEvalError(
-                f"vllm: a sequence continues at position {q_start} but its slot holds "
-                f"{0 if sequence is None else sequence.length} tokens (prefix caching, chunked "
-                "prefill or preemption changed it); these are switched off by lampe-eval's vLLM backend"
-            )
-        return sequence
+    def _count_prefill(self, request_id: str) -> None:
+        if request_id in self.prefilled:
+            self.recomputed += 1
+        self.prefilled.add(request_id)
+        if len(self.prefilled) > 2 * len(self.runner.requests) + 64:  # forget finished requests
+            self.prefilled &= set(self.runner.requests)
 
-    def _free_slot(self, live: set[int]) -> int:
-        """The lowest free slot; sequences absent from this pass have finished (every running sequence
-        is in every pass: no chunked prefill) and give theirs back."""
-        for first_block in [b for b in self.sequences if b not in live]:
-            del self.sequences[first_block]
-        taken = {s.slot for s in self.sequences.values()}
-        free = next((slot for slot in range(self.slots) if slot not in taken), None)
-        if free is None:
-            raise LampeEvalError(f"vllm: more sequences in flight than max_num_seqs ({self.slots})")
-        return free
+    def _request(self, request_id: str) -> tuple[int, int | None]:
+        """The prompt length and budget of request ``request_id``."""
+        request = self.runner.requests[request_id]
+        prompt_length = len(request.prompt_token_ids or ())
+        return prompt_length, request_budget(prompt_length, request.sampling_params)
 
 
 @dataclass
@@ -155,11 +139,10 @@ class PatchedLayer:
 
 @dataclass
 class EngineLayer(PatchedLayer):
-    """A patched layer whose attention lampe-eval's engine runs: the method's shared state and this
-    layer's slot pool (replaced, empty, at each batch)."""
+    """A patched layer whose attention lampe-eval's engine runs: the method's plans, shared by all patched
+    layers."""
 
-    sequences: Sequences
-    pool: SlotPool
+    plans: RequestPlans
 
 
 def patched_layer(layer: torch.nn.Module) -> PatchedLayer | None:
@@ -176,22 +159,6 @@ def patch_layer(layer: torch.nn.Module, patched: PatchedLayer | None) -> None:
     setattr(layer, _PATCHED, patched)
 
 
-def _decode_batches(
-    decodes: list[tuple[int, int, AttentionPlan, int]], dtype: torch.dtype, device: torch.device
-) -> list[tuple[slice | torch.Tensor, DecodeBatch]]:
-    """The pass's decode rows (row, slot, plan, position) as batches of one plan shape, with their rows."""
-    steps = [plan.segment_step(position, dtype, device) for _, _, plan, position in decodes]
-    batches = decode_batches(steps, [d[1] for d in decodes], [d[3] for d in decodes])
-    return [(_rows([decodes[r][0] for r in group], device), batch) for group, batch in batches]
-
-
-def _rows(rows: list[int], device: torch.device) -> slice | torch.Tensor:
-    """Token rows as a slice when consecutive (vLLM puts decode rows first): views, not gathers."""
-    if rows == list(range(rows[0], rows[0] + len(rows))):
-        return slice(rows[0], rows[0] + len(rows))
-    return torch.tensor(rows, device=device)
-
-
 def attend(
     layer: EngineLayer,
     step: Pass,
@@ -199,19 +166,29 @@ def attend(
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
+    kv_cache: torch.Tensor,
     output: torch.Tensor,
 ) -> None:
-    """A patched layer's attention over its pool for the pass ``step``, written into ``output``."""
-    rotated = layer.sequences.state.method.fixed_key_positions()
-    for call in step.calls:
-        heads_first = [(query[a:b], key[a:b], value[a:b]) for a, b in call.rows]
-        q, k, v = (torch.stack(t).transpose(1, 2) for t in zip(*heads_first, strict=True))  # [B, H, n, D]
-        out = attend_sequence(layer.pool, call.slots, call.plan, scale, q, k, v, call.q_start, rotated)
-        for (a, b), each in zip(call.rows, out, strict=True):
-            output[a:b].copy_(each.transpose(0, 1).reshape(output[a:b].shape))
-    for rows, batch in step.decodes:
-        out = batch.attend(layer.pool, scale, query[rows], key[rows], value[rows])
-        output[rows] = out.reshape(out.shape[0], *output.shape[1:]).to(output.dtype)
+    """A patched layer's attention for the pass ``step``: each sequence's new keys (rotated per key copy)
+    and values into the layer's paged cache ``kv_cache``, each sequence's queries over its own keys,
+    written into ``output``."""
+    cache = PagedCache.view(kv_cache, engine_key_copies(), query.shape[-1])
+    rotated = layer.plans.state.method.fixed_key_positions()
+    for row in step.rows:
+        rows = slice(row.first, row.stop)
+        out = attend_paged(
+            cache,
+            row.plan,
+            scale,
+            query[rows],
+            key[rows],
+            value[rows],
+            step.slots[rows],
+            step.block_table[row.table_row],
+            row.q_start,
+            rotated,
+        )
+        output[rows] = out.reshape(output[rows].shape).to(output.dtype)
 
 
 def _platform_backend() -> tuple[type, type, type, type]:
@@ -259,30 +236,29 @@ class LampeMetadataBuilder(_BaseBuilder):  # type: ignore[misc, valid-type]
         vllm_config: VllmConfig,
         device: torch.device,
     ) -> None:
-        super().__init__(kv_cache_spec, layer_names, vllm_config, device)
+        # the platform's builder sizes its kernels' scratch for one key per token
+        own = dataclasses.replace(kv_cache_spec, head_size=kv_cache_spec.head_size_v)
+        super().__init__(own, layer_names, vllm_config, device)
         from vllm.config import get_layers_from_vllm_config
         from vllm.model_executor.layers.attention import Attention
 
         self._layers = list(get_layers_from_vllm_config(vllm_config, Attention, layer_names).values())
-        self._dtype = vllm_config.model_config.dtype
 
     def build(
         self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata, fast_build: bool = False
     ) -> LampeAttentionMetadata:
         metadata = super().build(common_prefix_len, common_attn_metadata, fast_build)
         fields = {f.name: getattr(metadata, f.name) for f in dataclasses.fields(metadata) if f.init}
-        sequences = self._sequences()
-        step = (
-            None if sequences is None else sequences.prepare(common_attn_metadata, self._dtype, self.device)
-        )
+        plans = self._plans()
+        step = None if plans is None else plans.prepare(common_attn_metadata)
         return LampeAttentionMetadata(**fields, lampe=step)
 
-    def _sequences(self) -> Sequences | None:
-        """The installed method's shared state, if it runs lampe-eval's attention in one of the layers."""
+    def _plans(self) -> RequestPlans | None:
+        """The installed method's plans, if it runs lampe-eval's attention in one of the layers."""
         for layer in self._layers:
             patched = patched_layer(layer)
             if isinstance(patched, EngineLayer):
-                return patched.sequences
+                return patched.plans
         return None
 
 
@@ -307,7 +283,7 @@ class LampeAttentionImpl(_BaseImpl):  # type: ignore[misc, valid-type]
             return super().forward(layer, query, key, value, kv_cache, attn_metadata, output, *args, **kwargs)
         if attn_metadata.lampe is None:
             raise LampeEvalError("vllm: a patched layer ran in a pass its metadata builder did not prepare")
-        attend(patched, attn_metadata.lampe, self.scale, query, key, value, output)
+        attend(patched, attn_metadata.lampe, self.scale, query, key, value, kv_cache, output)
         return output
 
     def do_kv_cache_update(
@@ -318,8 +294,8 @@ class LampeAttentionImpl(_BaseImpl):  # type: ignore[misc, valid-type]
         kv_cache: torch.Tensor,
         slot_mapping: torch.Tensor,
     ) -> None:
-        """vLLM's paged cache write, except in the patched layers: their keys and values are in the
-        pools (the paged cache is not read there)."""
+        """vLLM's paged cache write, except in the patched layers: their attention writes its keys, rotated
+        per key copy, and values itself."""
         if isinstance(patched_layer(layer), EngineLayer):
             return
         super().do_kv_cache_update(layer, key, value, kv_cache, slot_mapping)
@@ -336,3 +312,7 @@ class LampeAttentionBackend(_Base):  # type: ignore[misc, valid-type]
     @staticmethod
     def get_builder_cls() -> type:
         return LampeMetadataBuilder
+
+    @classmethod
+    def customize_spec(cls, spec: AttentionSpec) -> AttentionSpec:
+        return customize_spec(super().customize_spec(spec))

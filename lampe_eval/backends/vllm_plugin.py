@@ -11,6 +11,8 @@ import os
 
 BACKEND_PATH = "lampe_eval.backends.vllm_attention.LampeAttentionBackend"
 ENABLE = "LAMPE_EVAL_VLLM"
+KEY_COPIES = "LAMPE_EVAL_KEY_COPIES"  # rotated key copies per token the engine's paged cache holds
+BUDGET = "lampe_budget"  # SamplingParams.extra_args key: a request's budget (None: a prompt scored alone)
 
 
 def register() -> None:

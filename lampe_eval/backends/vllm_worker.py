@@ -7,12 +7,11 @@ functions that install a method into the loaded model, called by the main proces
   patched layers get a copy of their rotary embedding whose cos/sin table is the method's (its inverse
   frequencies and attention factor): vLLM's own rotary kernel and attention run unchanged.
 * every **other method** (the position methods, dynamic NTK): the patched layers' rotary embedding lets
-  the query and key through un-rotated, and their attention runs lampe-eval's engine over a slot pool per
-  layer (:mod:`.vllm_attention`). Each sequence has its own plan (LaMPE's mapping follows its prompt
-  length). Prefills run one call per plan and prompt length
-  (:func:`~lampe_eval.attention.slots.attend_sequence`, the Hugging Face backend's arithmetic); the
-  decode rows of a pass run as one batch per plan shape
-  (:class:`~lampe_eval.attention.slots.DecodeBatch`): a dozen PyTorch calls per layer for all of them.
+  the query and key through un-rotated, and their attention runs lampe-eval's engine over vLLM's paged
+  cache, its keys rotated once per key copy (:mod:`.vllm_attention`, the Hugging Face backend's
+  arithmetic). Each sequence has its own plan, from its own request (LaMPE's mapping follows its prompt
+  length). The engine must have been started for the method's key copies
+  (:func:`.vllm_attention.engine_key_copies`): install refuses otherwise.
 
 What a method installs is kept on vLLM's ``Attention`` layers (:func:`.vllm_attention.patched_layer`):
 uninstall puts back what they record.
@@ -28,13 +27,19 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..attention.slots import SlotPool
 from ..errors import LampeEvalError
 from ..methods import METHODS
 from ..methods.base import FrequencyMethod, Method, RopeBase
-from .plans import PlanCache
+from .plans import PlanCache, method_key_copies
 from .rope_config import rope_base_from_config
-from .vllm_attention import EngineLayer, PatchedLayer, Sequences, patch_layer, patched_layer
+from .vllm_attention import (
+    EngineLayer,
+    PatchedLayer,
+    RequestPlans,
+    engine_key_copies,
+    patch_layer,
+    patched_layer,
+)
 
 if TYPE_CHECKING:
     from vllm.v1.worker.worker_base import WorkerBase
@@ -79,12 +84,6 @@ def _attention_layers(worker: WorkerBase) -> Iterator[torch.nn.Module]:
     from vllm.model_executor.layers.attention import Attention
 
     yield from get_layers_from_vllm_config(worker.vllm_config, Attention).values()
-
-
-def _engine_layers(worker: WorkerBase) -> list[EngineLayer]:
-    """The patched layers whose attention lampe-eval's engine runs."""
-    found = (patched_layer(layer) for layer in _attention_layers(worker))
-    return [patched for patched in found if isinstance(patched, EngineLayer)]
 
 
 def _max_sequences(worker: WorkerBase) -> int:
@@ -133,14 +132,25 @@ def install(worker: WorkerBase, method: Method, base: RopeBase) -> str:
     if isinstance(method, FrequencyMethod) and method.fixed_key_positions():
         _install_frequencies([modules[i] for i in patched], method, base)
         return "frequencies"
+    check_key_copies(method, base)
     # plans shared by the sequences of one forward pass that have one (prompt length, length, budget)
-    slots = _max_sequences(worker)
-    sequences = Sequences(PlanCache(method=method, base=base, max_plans=slots), slots)
+    state = PlanCache(method=method, base=base, max_plans=_max_sequences(worker))
+    plans = RequestPlans(state, worker.model_runner)
     for index in patched:
         module = modules[index]
-        patch_layer(module.attn, EngineLayer(module, module.rotary_emb, sequences, SlotPool(slots, 0)))
+        patch_layer(module.attn, EngineLayer(module, module.rotary_emb, plans))
         module.rotary_emb = _Unrotated()
     return "attention"
+
+
+def check_key_copies(method: Method, base: RopeBase) -> None:
+    """Refuse a method that keeps more key copies than the engine's cache was started for."""
+    needed, held = method_key_copies(method, base), engine_key_copies()
+    if needed > held:
+        raise LampeEvalError(
+            f"vllm: {method.name} keeps {needed} rotated key copies per token; this engine's cache holds "
+            f"{held} (start the engine with {needed})"
+        )
 
 
 def _install_frequencies(modules: list[torch.nn.Module], method: FrequencyMethod, base: RopeBase) -> None:
@@ -166,14 +176,13 @@ def uninstall(worker: WorkerBase) -> None:
             patch_layer(layer, None)
 
 
-def begin_batch(worker: WorkerBase, budgets: dict[int, int | None], capacity: int) -> None:
-    """Start a batch in the installed method's state (nothing when no method runs lampe-eval's
-    attention): the budgets and capacity it announced, no sequence in flight, empty pools."""
-    layers = _engine_layers(worker)
-    for sequences in {id(layer.sequences): layer.sequences for layer in layers}.values():  # one, shared
-        sequences.begin(budgets, capacity)
-    for layer in layers:
-        layer.pool = SlotPool(layer.sequences.slots, capacity)
+def recomputed(worker: WorkerBase) -> int:
+    """Prefills the installed method's plans saw begin again (0 without one on the attention path)."""
+    for layer in _attention_layers(worker):
+        patched = patched_layer(layer)
+        if isinstance(patched, EngineLayer):
+            return patched.plans.recomputed
+    return 0
 
 
 def method_from_json(name: str, params: str, window: int) -> Method:
@@ -203,11 +212,6 @@ class LampeWorkerExtension:
     def lampe_uninstall(self) -> None:
         uninstall(self)
 
-    def lampe_begin_batch(self, budgets: list[tuple[int, int | None]], capacity: int) -> None:
-        """Announce the next batch: (prompt length, budget: prompt + new tokens) of each prompt length, and
-        the most tokens a sequence of it may reach."""
-        begin_batch(self, {int(length): budget for length, budget in budgets}, int(capacity))
-
-    def lampe_end_batch(self) -> None:
-        """Free the pools of the batch that finished."""
-        begin_batch(self, {}, 0)
+    def lampe_recomputed(self) -> int:
+        """Prefills begun again since the method was installed (preempted sequences computed again)."""
+        return recomputed(self)

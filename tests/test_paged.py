@@ -1,0 +1,99 @@
+"""The paged cache (what the vLLM backend runs for position methods, its keys inside vLLM's blocks) gives
+what the Hugging Face backend's patched attention gives each sequence alone, for every attention-path
+method: prompts prefilled whole or in chunks, blocks scattered through the cache, then decode steps."""
+
+import random
+
+import pytest
+import torch
+
+from lampe_eval.attention.kv_cache import RotatedKeyCache
+from lampe_eval.attention.paged import PagedCache, attend_paged, key_copies
+from lampe_eval.backends.hf_patch import PatchState, attend_patched
+from lampe_eval.backends.plans import method_key_copies
+from lampe_eval.methods import create_method
+from tests.test_methods_exact import POSITION_METHODS, WINDOW, base, random_params
+
+D, HQ, HKV, SCALE = 16, 4, 2, 0.25
+BLOCK = 8
+STEPS = 3
+
+
+def _tokens(n: int, generator: torch.Generator) -> tuple[torch.Tensor, ...]:
+    """Query [1, HQ, n, D], key and value [1, HKV, n, D]."""
+    return (
+        torch.randn(1, HQ, n, D, generator=generator),
+        torch.randn(1, HKV, n, D, generator=generator),
+        torch.randn(1, HKV, n, D, generator=generator),
+    )
+
+
+def _tokens_first(x: torch.Tensor) -> torch.Tensor:
+    return x[0].transpose(0, 1)  # [n, H, D], the engine's layout
+
+
+def _chunks(n: int, rng: random.Random, chunked: bool) -> list[tuple[int, int]]:
+    if not chunked:
+        return [(0, n)]
+    cuts = sorted(rng.sample(range(1, n), min(3, n - 1)))
+    edges = [0, *cuts, n]
+    return list(zip(edges, edges[1:], strict=False))
+
+
+def _gap(method, prompt: int, chunked: bool, seed: int) -> float:
+    """Prefill one prompt (whole or in chunks) and decode STEPS tokens through a paged cache with scattered
+    blocks; the largest gap to the Hugging Face path (one RotatedKeyCache)."""
+    rng, generator = random.Random(seed), torch.Generator().manual_seed(seed)
+    budget = prompt + STEPS
+    copies = method_key_copies(method, base())
+    blocks_needed = -(-budget // BLOCK)
+    cache_tensor = torch.full((blocks_needed + 5, HKV, BLOCK, (copies + 1) * D), float("nan"))
+    cache = PagedCache.view(cache_tensor, copies, D)
+    table = torch.tensor(rng.sample(range(blocks_needed + 5), blocks_needed))
+    oracle_state, state = PatchState(method, base()), PatchState(method, base(), max_plans=8)
+    oracle_cache = RotatedKeyCache(total_length=budget)
+    rotated = method.fixed_key_positions()
+    q, k, v = _tokens(prompt, generator)
+    want = attend_patched(oracle_state, 0, SCALE, q, k, v, oracle_cache)
+    plan = state.plan(prompt, prompt, budget)
+    gap = 0.0
+    for a, b in _chunks(prompt, rng, chunked):
+        slots = table[torch.arange(a, b) // BLOCK] * BLOCK + torch.arange(a, b) % BLOCK
+        got = attend_paged(
+            cache, plan, SCALE, *(_tokens_first(t[:, :, a:b]) for t in (q, k, v)), slots, table, a, rotated
+        )
+        gap = max(gap, float((_tokens_first(want[:, :, a:b]) - got).abs().max()))
+    for step in range(STEPS):
+        position = prompt + step
+        q, k, v = _tokens(1, generator)
+        want = attend_patched(oracle_state, 0, SCALE, q, k, v, oracle_cache)
+        plan = state.plan(prompt, position + 1, budget)
+        slot = table[position // BLOCK] * BLOCK + position % BLOCK
+        got = attend_paged(
+            cache, plan, SCALE, *(_tokens_first(t) for t in (q, k, v)), slot[None], table, position, rotated
+        )
+        gap = max(gap, float((_tokens_first(want) - got).abs().max()))
+    assert key_copies(plan) <= copies
+    return gap
+
+
+@pytest.mark.parametrize("name", [*POSITION_METHODS, "dynamic_ntk"])
+def test_paged_cache_equals_each_sequence_alone(name):
+    rng = random.Random(11)
+    for trial in range(3):
+        method = create_method(name, WINDOW, 4 * WINDOW, **random_params(name, rng))
+        for prompt in (WINDOW // 2 + 3, 3 * WINDOW + 5):
+            for chunked in (False, True):
+                gap = _gap(method, prompt, chunked, seed=trial * 7 + prompt)
+                assert gap < 2e-5, (name, trial, prompt, chunked, gap)
+
+
+def test_a_plan_with_more_copies_than_the_cache_is_refused():
+    cache = PagedCache.view(torch.zeros(2, HKV, BLOCK, 2 * D), 1, D)
+    with pytest.raises(ValueError, match="2 key copies"):
+        cache.write(torch.tensor([0]), [torch.zeros(1, HKV, D)] * 2, torch.zeros(1, HKV, D))
+
+
+def test_a_cache_row_of_the_wrong_width_is_refused():
+    with pytest.raises(ValueError, match="no 2 key copies"):
+        PagedCache.view(torch.zeros(2, HKV, BLOCK, 2 * D), 2, D)
