@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from lampe_eval.attention.kv_cache import RotatedKeyCache
-from lampe_eval.attention.paged import PagedCache, attend_paged, key_copies
+from lampe_eval.attention.paged import PagedCache, PagedDecode, attend_paged, decode_shape, key_copies
 from lampe_eval.backends.hf_patch import PatchState, attend_patched
 from lampe_eval.backends.plans import method_key_copies
 from lampe_eval.methods import create_method
@@ -97,3 +97,68 @@ def test_a_plan_with_more_copies_than_the_cache_is_refused():
 def test_a_cache_row_of_the_wrong_width_is_refused():
     with pytest.raises(ValueError, match="no 2 key copies"):
         PagedCache.view(torch.zeros(2, HKV, BLOCK, 2 * D), 2, D)
+
+
+def _batched_decode_gap(method, prompts: list[int], seed: int) -> float:
+    """Prefill each prompt (its own blocks, scattered through one cache), then decode STEPS tokens for all
+    of them as batches of one plan shape (:class:`PagedDecode`); the largest gap to the Hugging Face path
+    (each sequence alone)."""
+    rng, generator = random.Random(seed), torch.Generator().manual_seed(seed)
+    budgets = [n + STEPS for n in prompts]
+    copies = method_key_copies(method, base())
+    needed = [-(-b // BLOCK) for b in budgets]
+    width = max(needed)
+    order = rng.sample(range(sum(needed) + 3), sum(needed))
+    tables = torch.zeros(len(prompts), width, dtype=torch.long)
+    at = 0
+    for row, count in enumerate(needed):
+        tables[row, :count] = torch.tensor(order[at : at + count])
+        at += count
+    cache = PagedCache.view(
+        torch.full((sum(needed) + 3, HKV, BLOCK, (copies + 1) * D), float("nan")), copies, D
+    )
+    oracle_state, state = PatchState(method, base()), PatchState(method, base(), max_plans=64)
+    oracles = [RotatedKeyCache(total_length=b) for b in budgets]
+    for row, n in enumerate(prompts):
+        q, k, v = _tokens(n, generator)
+        attend_patched(oracle_state, 0, SCALE, q, k, v, oracles[row])
+        slots = tables[row, torch.arange(n) // BLOCK] * BLOCK + torch.arange(n) % BLOCK
+        plan = state.plan(n, n, budgets[row])
+        attend_paged(cache, plan, SCALE, *(_tokens_first(t) for t in (q, k, v)), slots, tables[row], 0)
+    gap = 0.0
+    for step in range(STEPS):
+        new = [_tokens(1, generator) for _ in prompts]
+        positions = [n + step for n in prompts]
+        want = [
+            attend_patched(oracle_state, 0, SCALE, *new[r], oracles[r])[0, :, 0] for r in range(len(prompts))
+        ]
+        plans = [state.plan(n, p + 1, b) for n, p, b in zip(prompts, positions, budgets, strict=True)]
+        steps = [
+            plan.segment_step(p, torch.float32, torch.device("cpu"))
+            for plan, p in zip(plans, positions, strict=True)
+        ]
+        groups: dict[tuple, list[int]] = {}
+        for row, one in enumerate(steps):
+            groups.setdefault(decode_shape(one), []).append(row)
+        for rows in groups.values():
+            index = torch.tensor(rows)
+            slots = torch.tensor(
+                [int(tables[r, positions[r] // BLOCK]) * BLOCK + positions[r] % BLOCK for r in rows]
+            )
+            batch = PagedDecode([steps[r] for r in rows], slots, tables[index])
+            q, k, v = (torch.cat([new[r][i][:, :, 0] for r in rows]) for i in range(3))
+            for r, out in zip(rows, batch.attend(cache, SCALE, q, k, v), strict=True):
+                gap = max(gap, float((want[r] - out).abs().max()))
+    return gap
+
+
+@pytest.mark.parametrize("name", POSITION_METHODS)
+def test_a_batched_decode_equals_each_sequence_alone(name):
+    rng = random.Random(5)
+    for trial in range(2):
+        method = create_method(name, WINDOW, 4 * WINDOW, **random_params(name, rng))
+        if not method.fixed_key_positions():
+            continue  # positions that move every step: the per-sequence path
+        prompts = [WINDOW // 2 + 3, 3 * WINDOW + 5, 3 * WINDOW + 5, WINDOW + 1]
+        gap = _batched_decode_gap(method, prompts, seed=trial)
+        assert gap < 2e-5, (name, trial, gap)

@@ -66,6 +66,19 @@ def hf_prompt_logprobs(hf: HFBackend, ids: list[int]) -> torch.Tensor:
     return torch.log_softmax(logits, -1).gather(1, torch.tensor(ids[1:])[:, None])[:, 0]
 
 
+CAPACITY: dict[int, int] = {}  # tokens vLLM's cache held, by the engine's key copies
+
+
+def _check_capacity(backend: VLLMBackend) -> None:
+    """With one KV budget (1 GiB), vLLM counts (copies + 1) / 2 times fewer tokens for copies of the keys:
+    everything the method keeps is inside vLLM's budget and accounted for."""
+    CAPACITY[backend._key_copies] = backend.kv_capacity()
+    if 1 in CAPACITY:
+        for copies, tokens in CAPACITY.items():
+            block = backend._llm.llm_engine.vllm_config.cache_config.block_size
+            assert abs(tokens - CAPACITY[1] * 2 / (copies + 1)) <= block, CAPACITY
+
+
 def _by_key_copies() -> list[str]:
     """Every method, those keeping one number of key copies together (the engine starts again for
     another number)."""
@@ -93,6 +106,7 @@ def test_every_method_gives_the_hf_backends_tokens_and_logprobs(
         got = vllm_backend.generate([request])[0]
         got_logprobs = torch.tensor(vllm_backend.prompt_logprobs(prompt))
     assert (got_logprobs - expected_logprobs).abs().max().item() < LOGPROB_TOLERANCE
+    _check_capacity(vllm_backend)
     assert_same_greedy_tokens(hf, method, prompt, expected.token_ids, got.token_ids)
 
 

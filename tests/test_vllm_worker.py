@@ -144,16 +144,16 @@ def test_each_rows_plan_comes_from_its_own_request_in_any_order() -> None:
     runner = _runner({"a": (130, sampling), "b": (150, sampling), "c": (150, scored)}, ["c", "a", "b"])
     plans = RequestPlans(cache, runner)
     # c prefills its first chunk (60 of 150 tokens), a decodes, b prefills whole
-    step = plans.prepare(_common([0, 60, 61, 211], [60, 131, 150]))
-    assert [(r.first, r.stop, r.q_start, r.table_row) for r in step.rows] == [
-        (0, 60, 0, 0),
-        (60, 61, 130, 1),
-        (61, 211, 0, 2),
-    ]
+    step = plans.prepare(_common([0, 60, 61, 211], [60, 131, 150]), torch.float32, torch.device("cpu"))
+    assert [(r.first, r.stop, r.q_start, r.table_row) for r in step.rows] == [(0, 60, 0, 0), (61, 211, 0, 2)]
     # a chunk's plan is its whole prompt's; each request's budget is its own
     assert step.rows[0].plan is cache.plan(150, 150, None)
-    assert step.rows[1].plan is cache.plan(130, 131, 140)
-    assert step.rows[2].plan is cache.plan(150, 150, 160)
+    assert step.rows[1].plan is cache.plan(150, 150, 160)
+    # the decode row: one batch, its query's rotation that of its own plan at its position
+    [(tokens, batch)] = step.decodes
+    assert tokens.tolist() == [60] and batch.rows == 1
+    own = cache.plan(130, 131, 140).segment_step(130, torch.float32, torch.device("cpu"))
+    assert torch.equal(batch.query_rotation[0], own.query_rotation)
 
 
 def test_a_requests_budget_is_its_prompt_and_max_tokens_unless_it_says() -> None:

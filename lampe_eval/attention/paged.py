@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .engine import AttentionPlan, attend_rotated, segmented_attention
+from .engine import AttentionPlan, SegmentStep, attend_rotated, segmented_attention
 
 
 @dataclass
@@ -48,9 +48,14 @@ class PagedCache:
     def write(self, slots: torch.Tensor, keys: list[torch.Tensor], value: torch.Tensor) -> None:
         """Store tokens at ``slots`` [n]: their keys, one [n, heads, dim] per copy (a plan may use fewer
         copies than the cache holds), and values."""
+        self.write_at(slots // self.block_size, slots % self.block_size, keys, value)
+
+    def write_at(
+        self, block: torch.Tensor, offset: torch.Tensor, keys: list[torch.Tensor], value: torch.Tensor
+    ) -> None:
+        """:meth:`write` at tokens given by block and offset."""
         if len(keys) > len(self.keys):
             raise ValueError(f"a plan with {len(keys)} key copies in a cache that holds {len(self.keys)}")
-        block, offset = slots // self.block_size, slots % self.block_size
         for plane, new in zip(self.keys, keys, strict=False):
             plane[block, :, offset] = new.to(plane.dtype)
         self.values[block, :, offset] = value.to(self.values.dtype)
@@ -105,3 +110,110 @@ def attend_paged(
 def key_copies(plan: AttentionPlan) -> int:
     """How many rotated key copies ``plan`` keeps (its distinct key maps)."""
     return len(plan.key_groups()[1])
+
+
+class PagedDecode:
+    """One forward pass's decode rows whose plans share a shape (:func:`decode_shape`), attended as one
+    batch: each row's query rotated for every segment of its plan, each segment's key range gathered from
+    the paged cache as one flat list of keys (no row padded to another's length), one softmax per row
+    over all its segments' keys (the log-sum-exp merge of the per-sequence path: a pair two segments see
+    counts twice, as there). Built once per pass, run by every patched layer (:meth:`attend`): about
+    fifteen PyTorch calls per layer for all the rows."""
+
+    def __init__(self, steps: list[SegmentStep], slots: torch.Tensor, tables: torch.Tensor) -> None:
+        """``steps``: each row's :meth:`AttentionPlan.segment_step`; ``slots`` [rows]: where each row's new
+        token goes; ``tables`` [rows, blocks]: each row's block table."""
+        if not steps or len({decode_shape(s) for s in steps}) != 1:
+            raise ValueError("a paged decode needs steps of one shape")
+        self.rows, self.slots, self.device = len(steps), slots, tables.device
+        self.query_rotation = _stack([s.query_rotation for s in steps])  # [rows or 1, H, D, parts * D]
+        self.key_rotation = _stack([s.key_rotation for s in steps])  # [rows or 1, H, D, copies * D]
+        self.copies = 1 + max(steps[0].copies)
+        parts = len(steps[0].copies)
+        # every (row, part) with keys to see: a run of key positions lo..hi-1 in the flat list
+        runs = [
+            (row, part, copy, lo, hi)
+            for row, step in enumerate(steps)
+            for part, (copy, (lo, hi)) in enumerate(zip(step.copies, step.ranges, strict=True))
+            if hi > lo
+        ]
+        row, part, copy, lo, hi = (torch.tensor(column) for column in zip(*runs, strict=True))
+        lengths = hi - lo
+        first = torch.cumsum(lengths, 0) - lengths
+        self.key_row = torch.repeat_interleave(row, lengths)
+        self.position = torch.arange(int(lengths.sum())) - torch.repeat_interleave(first - lo, lengths)
+        self.key_copy = torch.repeat_interleave(copy, lengths)
+        self.key_query = (self.key_row * parts + torch.repeat_interleave(part, lengths)).to(self.device)
+        self.tables = tables.cpu()
+        self._where: tuple | None = None
+        self._scaled: dict[float, torch.Tensor] = {}
+
+    def _places(self, block: int) -> tuple:
+        """Where the new tokens go and where each flat key sits in a cache of ``block``-token blocks:
+        computed at the first layer, once per pass."""
+        if self._where is None:
+            blocks = self.tables[self.key_row, self.position // block]
+            offsets = self.position % block
+            gathers = []
+            for c in range(self.copies):  # per key copy: its keys' places in the flat list and the cache
+                at = torch.nonzero(self.key_copy == c)[:, 0]
+                if at.numel():
+                    gathers.append((c, *(t.to(self.device) for t in (at, blocks[at], offsets[at]))))
+            news = (self.slots // block, self.slots % block)
+            moved = tuple(t.to(self.device) for t in (blocks, offsets, self.key_row))
+            self._where = (news, gathers, *moved)
+        return self._where
+
+    def attend(
+        self, cache: PagedCache, scale: float, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
+    ) -> torch.Tensor:
+        """The rows' un-rotated ``query`` [rows, Hq, D], ``key`` and ``value`` [rows, Hkv, D]: store the new
+        keys (rotated at every copy) and values, attend; returns [rows, Hq, D]."""
+        rows, q_heads, dim = query.shape
+        kv_heads = key.shape[1]
+        group = q_heads // kv_heads
+        (new_block, new_offset), gathers, blocks, offsets, key_row = self._places(cache.block_size)
+        rotated = _rotate(key, self.key_rotation).view(rows, kv_heads, -1, dim)
+        cache.write_at(new_block, new_offset, [rotated[:, :, c] for c in range(self.copies)], value)
+        if scale not in self._scaled:  # the softmax scale folded into the rotation, once per pass
+            self._scaled[scale] = self.query_rotation * scale
+        queries = _rotate(query, self._scaled[scale]).view(rows, q_heads, -1, dim).transpose(1, 2)
+        queries = queries.reshape(-1, kv_heads, group, dim)  # [rows * parts, Hkv, group, D]
+        keys = key.new_empty((key_row.shape[0], kv_heads, dim))
+        for c, at, copy_blocks, copy_offsets in gathers:
+            keys[at] = cache.keys[c][copy_blocks, :, copy_offsets]
+        values = cache.values[blocks, :, offsets]  # [keys, Hkv, D]
+        scores = torch.einsum("khgd,khd->khg", queries[self.key_query].float(), keys.float())
+        index = key_row[:, None, None].expand_as(scores)
+        peak = scores.new_full((rows, kv_heads, group), float("-inf")).scatter_reduce_(
+            0, index, scores, "amax", include_self=True
+        )
+        weights = torch.exp(scores - peak[key_row])
+        total = scores.new_zeros((rows, kv_heads, group)).index_add_(0, key_row, weights)
+        out = scores.new_zeros((rows, kv_heads, group, dim)).index_add_(
+            0, key_row, weights[..., None] * values.float()[:, :, None, :]
+        )
+        return (out / total[..., None]).reshape(rows, q_heads, dim).to(query.dtype)
+
+
+def decode_shape(step: SegmentStep) -> tuple:
+    """What rows must share to decode in one batch: the parts' key copies and the rotations' shapes."""
+    return (step.copies, tuple(step.query_rotation.shape), tuple(step.key_rotation.shape))
+
+
+def _rotate(x: torch.Tensor, rotation: torch.Tensor) -> torch.Tensor:
+    """``x`` [rows, H, D] times ``rotation`` [rows or 1, H or 1, D, X]: [rows, H, X], in one GEMM when
+    the rotation is shared (a broadcast matmul would copy it per row and head)."""
+    rows, heads, dim = x.shape
+    if rotation.shape[1] == 1:
+        if rotation.shape[0] == 1:
+            return (x.reshape(rows * heads, dim) @ rotation[0, 0]).view(rows, heads, -1)
+        return torch.bmm(x, rotation[:, 0])
+    return (x[:, :, None, :] @ rotation)[:, :, 0]  # per head (Ms-PoE)
+
+
+def _stack(matrices: list[torch.Tensor]) -> torch.Tensor:
+    """[rows, H, D, X]; one shared [1, H, D, X] when every row has the same matrix object (one plan)."""
+    if all(m is matrices[0] for m in matrices):
+        return matrices[0][None]
+    return torch.stack(matrices)

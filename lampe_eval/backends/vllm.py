@@ -280,6 +280,13 @@ class VLLMBackend(BaseBackend):
             if rebuilt != params:  # never run a method other than the one the records will name
                 raise LampeEvalError(f"vllm: {method.name} rebuilt in the worker as {rebuilt}, not {params}")
 
+    def kv_capacity(self) -> int:
+        """Tokens the running engine's KV cache holds, as vLLM counted them (0 before it starts)."""
+        if self._llm is None:
+            return 0
+        cache = self._llm.llm_engine.vllm_config.cache_config
+        return int(cache.num_gpu_blocks or 0) * int(cache.block_size)
+
     def recomputed_sequences(self) -> int:
         """Sequences prefilled again (preempted, then computed again) since the method was installed."""
         return 0 if self._llm is None else int(self._rpc("recomputed")[0])

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..attention import AttentionPlan
-from ..attention.paged import PagedCache, attend_paged
+from ..attention.paged import PagedCache, PagedDecode, attend_paged, decode_shape
 from ..errors import LampeEvalError
 from .plans import PlanCache
 from .vllm_plugin import BUDGET, KEY_COPIES
@@ -71,9 +71,10 @@ class _Row:
 class Pass:
     """One forward pass's sequences, each with its plan, and where their tokens go in the paged cache."""
 
-    rows: list[_Row]
+    rows: list[_Row]  # sequences attended one by one (prefills, chunks, methods that re-rotate)
     slots: torch.Tensor  # each token's slot (block * block size + offset)
     block_table: torch.Tensor  # [sequences, blocks]
+    decodes: list[tuple[torch.Tensor, PagedDecode]] = field(default_factory=list)  # token rows, batch
 
 
 def request_budget(prompt_length: int, sampling: Any) -> int | None:
@@ -95,11 +96,14 @@ class RequestPlans:
     prefilled: set[str] = field(default_factory=set)  # requests in flight whose prefill began
     recomputed: int = 0  # prefills begun again (a preempted sequence computed again)
 
-    def prepare(self, common: CommonAttentionMetadata) -> Pass:
-        """The rows of the forward pass ``common`` describes, each sequence's plan settled."""
+    def prepare(self, common: CommonAttentionMetadata, dtype: torch.dtype, device: torch.device) -> Pass:
+        """The rows of the forward pass ``common`` describes, each sequence's plan settled; decode rows of
+        a method with fixed key positions batched by plan shape."""
         starts = common.query_start_loc_cpu.tolist()
         seq_lens = common.seq_lens.tolist()
-        rows = []
+        batched = self.state.method.fixed_key_positions()
+        rows: list[_Row] = []
+        decodes: list[_Row] = []
         for row in range(common.num_reqs):
             first, stop = starts[row], starts[row + 1]
             if stop <= first:
@@ -111,8 +115,11 @@ class RequestPlans:
                 self._count_prefill(request_id)
             # a prompt's chunks all use the plan of the whole prompt: what one prefill of it uses
             plan = self.state.plan(prompt_length, max(kv_len, prompt_length), budget)
-            rows.append(_Row(first, stop, kv_len - (stop - first), plan, row))
-        return Pass(rows, common.slot_mapping, common.block_table_tensor)
+            one = _Row(first, stop, kv_len - (stop - first), plan, row)
+            (decodes if batched and stop - first == 1 and one.q_start > 0 else rows).append(one)
+        step = Pass(rows, common.slot_mapping, common.block_table_tensor)
+        step.decodes = _decode_batches(decodes, step, dtype, device)
+        return step
 
     def _count_prefill(self, request_id: str) -> None:
         if request_id in self.prefilled:
@@ -159,6 +166,23 @@ def patch_layer(layer: torch.nn.Module, patched: PatchedLayer | None) -> None:
     setattr(layer, _PATCHED, patched)
 
 
+def _decode_batches(
+    decodes: list[_Row], step: Pass, dtype: torch.dtype, device: torch.device
+) -> list[tuple[torch.Tensor, PagedDecode]]:
+    """The pass's decode rows as batches of one plan shape: (their token rows, their batch)."""
+    steps = [row.plan.segment_step(row.q_start, dtype, device) for row in decodes]
+    groups: dict[tuple, list[int]] = {}
+    for index, one in enumerate(steps):
+        groups.setdefault(decode_shape(one), []).append(index)
+    batches = []
+    for members in groups.values():
+        tokens = torch.tensor([decodes[i].first for i in members], device=step.slots.device)
+        tables = step.block_table[torch.tensor([decodes[i].table_row for i in members], device=device)]
+        batch = PagedDecode([steps[i] for i in members], step.slots[tokens], tables)
+        batches.append((tokens, batch))
+    return batches
+
+
 def attend(
     layer: EngineLayer,
     step: Pass,
@@ -189,6 +213,9 @@ def attend(
             rotated,
         )
         output[rows] = out.reshape(output[rows].shape).to(output.dtype)
+    for tokens, batch in step.decodes:
+        out = batch.attend(cache, scale, query[tokens], key[tokens], value[tokens])
+        output[tokens] = out.reshape(out.shape[0], *output.shape[1:]).to(output.dtype)
 
 
 def _platform_backend() -> tuple[type, type, type, type]:
@@ -243,6 +270,7 @@ class LampeMetadataBuilder(_BaseBuilder):  # type: ignore[misc, valid-type]
         from vllm.model_executor.layers.attention import Attention
 
         self._layers = list(get_layers_from_vllm_config(vllm_config, Attention, layer_names).values())
+        self._dtype = vllm_config.model_config.dtype
 
     def build(
         self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata, fast_build: bool = False
@@ -250,7 +278,7 @@ class LampeMetadataBuilder(_BaseBuilder):  # type: ignore[misc, valid-type]
         metadata = super().build(common_prefix_len, common_attn_metadata, fast_build)
         fields = {f.name: getattr(metadata, f.name) for f in dataclasses.fields(metadata) if f.init}
         plans = self._plans()
-        step = None if plans is None else plans.prepare(common_attn_metadata)
+        step = None if plans is None else plans.prepare(common_attn_metadata, self._dtype, self.device)
         return LampeAttentionMetadata(**fields, lampe=step)
 
     def _plans(self) -> RequestPlans | None:
