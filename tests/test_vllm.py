@@ -27,8 +27,8 @@ from lampe_eval.methods import METHODS  # noqa: E402
 from lampe_eval.methods.resolve import resolve_method  # noqa: E402
 from lampe_eval.models import load_for_engine  # noqa: E402
 
-WINDOW = 1024  # every method set for a 1K window, so every segment is active at 2K-3K tokens
-PROMPT = 2048
+WINDOW = 1024  # every method set for a 1K window, so every segment is active at 1.5K-3K tokens
+PROMPT = 1536
 NEW_TOKENS = 16
 CHUNK = 512
 # fp32 log-probabilities of 2K tokens: the kernels differ in their summation order (rope itself, no method
@@ -147,7 +147,7 @@ def test_prompts_of_different_lengths_batched_give_what_each_gives_alone(
         assert_same_greedy_tokens(hf, method, list(request.input_ids or ()), one.token_ids, batched.token_ids)
 
 
-@pytest.mark.parametrize("name", ["lampe", "dynamic_ntk"])
+@pytest.mark.parametrize("name", ["lampe"])
 def test_preempted_sequences_are_computed_again_with_their_own_plan(
     name: str, hf: HFBackend, kjv_ids: list[int]
 ) -> None:
@@ -186,7 +186,7 @@ def _records(out: Path) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize(
-    ("bench", "method", "length"), [("ruler", "lampe", "2k"), ("pg19", "selfextend", "3k")]
+    ("bench", "method", "length"), [("ruler", "lampe", "2k"), ("pg19", "selfextend", "2k")]
 )
 def test_run_with_the_vllm_backend_writes_the_hf_backends_records(
     tmp_path: Path, bench: str, method: str, length: str
