@@ -280,6 +280,11 @@ class VLLMBackend(BaseBackend):
             if rebuilt != params:  # never run a method other than the one the records will name
                 raise LampeEvalError(f"vllm: {method.name} rebuilt in the worker as {rebuilt}, not {params}")
 
+    def start(self, longest: int) -> None:
+        """Start the engine (if none runs that fits) for sequences of up to ``longest`` tokens and the
+        installed method's key copies: what the first request would do, timed apart by benchmarks."""
+        self._engine(longest)
+
     def kv_capacity(self) -> int:
         """Tokens the running engine's KV cache holds, as vLLM counted them (0 before it starts)."""
         if self._llm is None:
