@@ -164,6 +164,7 @@ class VLLMBackend(BaseBackend):
         self.close()
         model_len = model_length(longest)
         self._check_room(model_len, copies)
+        kept = os.environ.get(KV_SPACE)
         if self.kv_cache_bytes is None:
             os.environ.setdefault(KV_SPACE, DEFAULT_KV_CACHE_GIB)
         else:  # vLLM's CPU platform lets its environment variable win over the engine argument
@@ -183,6 +184,9 @@ class VLLMBackend(BaseBackend):
             raise LampeEvalError(
                 f"vllm: the engine did not start ({type(error).__name__}: {first}); vLLM's log above says why"
             ) from error
+        finally:
+            if self.kv_cache_bytes is not None and kept is not None:
+                os.environ[KV_SPACE] = kept  # the user's setting, for the engines started later
         self._model_len, self._key_copies = model_len, copies
         if self._method is not None:
             self._install_in_engine(self._method)
