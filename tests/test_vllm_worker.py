@@ -17,6 +17,7 @@ from vllm.model_executor.layers.attention import Attention  # noqa: E402
 from lampe_eval.backends.plans import PlanCache  # noqa: E402
 from lampe_eval.backends.vllm_attention import (  # noqa: E402
     EngineLayer,
+    LampeAttentionImpl,
     PatchedLayer,
     RequestPlans,
     patched_layer,
@@ -32,10 +33,13 @@ LAYERS, SLOTS = 3, 4
 
 
 class _Layer(Attention):
-    """vLLM's Attention class without its engine (the worker only keeps state on it)."""
+    """vLLM's Attention class without its engine (the worker only keeps state on it), its attention
+    lampe-eval's (an instance made without vLLM's constructor)."""
 
     def __init__(self) -> None:
         torch.nn.Module.__init__(self)
+        self.impl = LampeAttentionImpl.__new__(LampeAttentionImpl)
+        self.layer_name = "layer"
 
 
 class _Rotary(torch.nn.Module):
@@ -98,6 +102,16 @@ def test_a_method_with_more_key_copies_than_the_engine_holds_is_refused(
         LampeEvalError, match="keeps 2 rotated key copies per token; this engine's cache holds 1"
     ):
         install(_worker(), method, base())
+
+
+def test_a_layer_running_a_stock_attention_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(KEY_COPIES, "2")
+    worker = _worker()
+    worker.blocks[1].self_attn.attn.impl = object()  # vLLM picked another backend for this layer
+    method = create_method("lampe", WINDOW, 4 * WINDOW, s1=8, s2=4, m=60, identity_within_window=False)
+    with pytest.raises(LampeEvalError, match="runs object, not lampe-eval's attention"):
+        install(worker, method, base())
+    assert all(patched_layer(b.self_attn.attn) is None for b in worker.blocks)  # nothing half-installed
 
 
 def test_a_frequency_method_gets_one_table_copy_and_uninstall_restores_it() -> None:

@@ -137,10 +137,25 @@ def install(worker: WorkerBase, method: Method, base: RopeBase) -> str:
     state = PlanCache(method=method, base=base, max_plans=_max_sequences(worker))
     plans = RequestPlans(state, worker.model_runner)
     for index in patched:
+        check_lampe_attention(modules[index].attn)
+    for index in patched:
         module = modules[index]
         patch_layer(module.attn, EngineLayer(module, module.rotary_emb, plans))
         module.rotary_emb = _Unrotated()
     return "attention"
+
+
+def check_lampe_attention(layer: torch.nn.Module) -> None:
+    """Refuse a layer whose attention is not lampe-eval's (vLLM selected a stock backend): the method
+    would silently not run there."""
+    from .vllm_attention import LampeAttentionImpl
+
+    impl = getattr(layer, "impl", None)
+    if not isinstance(impl, LampeAttentionImpl):
+        raise LampeEvalError(
+            f"vllm: layer {getattr(layer, 'layer_name', '?')} runs {type(impl).__name__}, not lampe-eval's "
+            "attention (is the engine started with attention_backend='CUSTOM' and the lampe_eval plugin?)"
+        )
 
 
 def check_key_copies(method: Method, base: RopeBase) -> None:
