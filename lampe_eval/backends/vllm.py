@@ -100,7 +100,7 @@ class VLLMBackend(BaseBackend):
         self._llm: Any = None
         self._model_len = 0
         self._key_copies = 1  # what the running engine's cache holds
-        self._copies_of: tuple[Method | None, int] = (None, 1)  # the installed method's, once worked out
+        self._method_copies: int | None = None  # what the installed method keeps (None: no method)
         self._method: Method | None = None
         self._eos = self._eos_ids()
 
@@ -234,12 +234,11 @@ class VLLMBackend(BaseBackend):
             )
 
     def _method_key_copies(self) -> int:
-        """Rotated key copies per token the installed method keeps (1 without one)."""
-        if self._method is None:
-            return self._key_copies if self._llm is not None else 1
-        if self._copies_of[0] is not self._method:
-            self._copies_of = (self._method, method_key_copies(self._method, self.rope_base()))
-        return self._copies_of[1]
+        """Rotated key copies per token the engine needs: the installed method's (without one, the running
+        engine's will do)."""
+        if self._method_copies is not None:
+            return self._method_copies
+        return self._key_copies if self._llm is not None else 1
 
     def _config_positions(self) -> int:
         return int(getattr(self.config, "max_position_embeddings", 0) or 0)
@@ -266,14 +265,15 @@ class VLLMBackend(BaseBackend):
     @contextmanager
     def _installed(self, method: Method) -> Iterator[None]:
         self._method = method
-        if self._llm is not None and self._method_key_copies() != self._key_copies:
+        self._method_copies = method_key_copies(method, self.rope_base())
+        if self._llm is not None and self._method_copies != self._key_copies:
             self.close()  # its cache holds another number of key copies: the next request starts one
         if self._llm is not None:
             self._install_in_engine(method)
         try:
             yield
         finally:
-            self._method = None
+            self._method, self._method_copies = None, None
             if self._llm is not None:
                 self._rpc("uninstall")
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -183,6 +184,16 @@ def _decode_batches(
     return batches
 
 
+def installed_plans(layers: Iterable[torch.nn.Module]) -> RequestPlans | None:
+    """The installed method's plans (shared by its patched layers), if it runs lampe-eval's attention in
+    one of ``layers`` (vLLM ``Attention`` layers)."""
+    for layer in layers:
+        patched = patched_layer(layer)
+        if isinstance(patched, EngineLayer):
+            return patched.plans
+    return None
+
+
 def attend(
     layer: EngineLayer,
     step: Pass,
@@ -282,12 +293,7 @@ class LampeMetadataBuilder(_BaseBuilder):  # type: ignore[misc, valid-type]
         return LampeAttentionMetadata(**fields, lampe=step)
 
     def _plans(self) -> RequestPlans | None:
-        """The installed method's plans, if it runs lampe-eval's attention in one of the layers."""
-        for layer in self._layers:
-            patched = patched_layer(layer)
-            if isinstance(patched, EngineLayer):
-                return patched.plans
-        return None
+        return installed_plans(self._layers)
 
 
 class LampeAttentionImpl(_BaseImpl):  # type: ignore[misc, valid-type]

@@ -34,9 +34,11 @@ from .plans import PlanCache, method_key_copies
 from .rope_config import rope_base_from_config
 from .vllm_attention import (
     EngineLayer,
+    LampeAttentionImpl,
     PatchedLayer,
     RequestPlans,
     engine_key_copies,
+    installed_plans,
     patch_layer,
     patched_layer,
 )
@@ -148,8 +150,6 @@ def install(worker: WorkerBase, method: Method, base: RopeBase) -> str:
 def check_lampe_attention(layer: torch.nn.Module) -> None:
     """Refuse a layer whose attention is not lampe-eval's (vLLM selected a stock backend): the method
     would silently not run there."""
-    from .vllm_attention import LampeAttentionImpl
-
     impl = getattr(layer, "impl", None)
     if not isinstance(impl, LampeAttentionImpl):
         raise LampeEvalError(
@@ -193,11 +193,8 @@ def uninstall(worker: WorkerBase) -> None:
 
 def recomputed(worker: WorkerBase) -> int:
     """Prefills the installed method's plans saw begin again (0 without one on the attention path)."""
-    for layer in _attention_layers(worker):
-        patched = patched_layer(layer)
-        if isinstance(patched, EngineLayer):
-            return patched.plans.recomputed
-    return 0
+    plans = installed_plans(_attention_layers(worker))
+    return 0 if plans is None else plans.recomputed
 
 
 def method_from_json(name: str, params: str, window: int) -> Method:
