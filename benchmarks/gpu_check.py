@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import torch
 
 from lampe_eval.attention import engine, kernels, segmented_attention
+from lampe_eval.attention.counts import count
 from lampe_eval.attention.engine import attend_rotated
 from lampe_eval.attention.reference import oracle_attention
 from lampe_eval.attention.rope import apply_rope
@@ -135,6 +136,9 @@ def check_model(rows: dict[str, Row], length: int, device: str, dtype: torch.dty
     else:
         model = tiny_llama(layers=2, heads=4, kv_heads=2, head_dim=32, window=length, vocab=256)
     model = model.to(device=device, dtype=dtype)
+    for module in model.modules():  # fp32 frequencies, as from_pretrained(dtype=...) leaves them (a plain
+        if hasattr(module, "original_inv_freq"):  # .to(dtype) rounds them: 0.5 relative error at 2K in bf16)
+            module.inv_freq = module.original_inv_freq.to(device)
     ids = torch.randint(0, model.config.vocab_size, (1, length), generator=torch.Generator().manual_seed(1))
     ids = ids.to(device)
     reference = model(ids).logits.float()
@@ -193,10 +197,11 @@ def measure_speed(
     q, k, v = inputs(length, shape.heads, shape.kv_heads, shape.dim, device, dtype)
     scale = shape.dim**-0.5
     pos = torch.arange(length, device=device)
-    prefill, decode, peak = (
+    prefill, decode, peak, calls = (
         f"prefill {label} ms (x flash)",
         f"decode {label} ms (x flash)",
         f"(d) peak {label} MiB",
+        f"kernels/syncs {label}",
     )
 
     def flash_prefill() -> object:
@@ -211,6 +216,7 @@ def measure_speed(
     flash = rows.setdefault("flash (plain)", Row("flash (plain)"))
     flash.cells[prefill] = f"{flash_prefill_s * 1e3:.1f} (1.00x)"
     flash.cells[decode] = f"{flash_decode_s * 1e3:.2f} (1.00x)"
+    flash.cells[calls] = "1/0"
     for name in position_methods():
         row = rows.setdefault(name, Row(name))
         plan = method_for(name, shape.window, length).plan(base, length, length)
@@ -228,8 +234,30 @@ def measure_speed(
             repeats,
             device,
         )
+        _, counts = count(segmented_attention, q, k, v, plan, 0, scale)  # plan compiled: a warm layer
+        row.cells[calls] = f"{counts.attention}/{counts.syncs}"
         row.cells[prefill] = f"{prefill_s * 1e3:.1f} ({prefill_s / flash_prefill_s:.2f}x)"
         row.cells[decode] = f"{decode_s * 1e3:.2f} ({decode_s / flash_decode_s:.2f}x)"
+
+
+def window_support(device: str) -> str:
+    """Whether the FlashAttention kernel in use takes a sliding window (``window_size``) on this build:
+    one banded call against the portable path."""
+    q, k, v = inputs(512, 4, 2, 64, device, torch.bfloat16)
+    try:
+        out, _ = plain_window(q, k, v, 0.125, 100)
+    except Exception as error:  # noqa: BLE001 - reported, the engine falls back
+        return f"no ({type(error).__name__}: {str(error).splitlines()[0][:80]})"
+    keys = torch.arange(512, device=device)
+    band = (keys[None, :] <= keys[:, None]) & (keys[None, :] > keys[:, None] - 100)
+    ref, _ = kernels.attend_math(q, k, v, 0.125, "mask", band)
+    err = (out.transpose(1, 2).float() - ref).abs().max().item()
+    return f"yes (max error {err:.1e})" if err < 3e-2 else f"WRONG (max error {err:.1e})"
+
+
+def plain_window(q, k, v, scale: float, width: int):
+    call = kernels.FLASH_CALLS[kernels.backend_for(q)]()
+    return call(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), scale, True, (width - 1, 0))
 
 
 # -------------------------------------------------------------------------------------------- report
@@ -268,6 +296,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"device: {where}")
     backend = kernels.describe(device, dtype)
     print(f"kernel backend for the pieces: {backend} ({kernels.ENV}={kernels.setting()})")
+    if cuda:
+        print(f"FlashAttention window_size on this build: {window_support(device)}")
     rows: dict[str, Row] = {}
     length = args.check_length or (4096 if cuda else 512)
     check_attention(rows, length, device, dtype, 3e-2 if cuda else 1e-4, args.oracle_rows)

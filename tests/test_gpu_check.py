@@ -63,5 +63,8 @@ def test_speed_part_runs_through_the_emulated_flash_kernel(gpu_check, monkeypatc
     assert rows["flash (plain)"].cells["prefill 128 ms (x flash)"].endswith("(1.00x)")
     for name in METHODS.names():
         if name != "rope":
-            assert set(rows[name].cells) == {"prefill 128 ms (x flash)", "decode 128 ms (x flash)"}, name
+            cells = rows[name].cells
+            assert set(cells) == {"prefill 128 ms (x flash)", "decode 128 ms (x flash)", "kernels/syncs 128"}
+            calls, syncs = (int(x) for x in cells["kernels/syncs 128"].split("/"))
+            assert calls >= 0 and syncs >= 0, name
     assert any(call["causal"] and call["sq"] == 128 for call in emulator.calls)  # the plain causal call
