@@ -135,10 +135,11 @@ def check_model(rows: dict[str, Row], length: int, device: str, dtype: torch.dty
         model = tiny_llama(layers=2, heads=HQ, kv_heads=HKV, head_dim=DIM, window=length, vocab=1024)
     else:
         model = tiny_llama(layers=2, heads=4, kv_heads=2, head_dim=32, window=length, vocab=256)
-    model = model.to(device=device, dtype=dtype)
-    for module in model.modules():  # fp32 frequencies, as from_pretrained(dtype=...) leaves them (a plain
-        if hasattr(module, "original_inv_freq"):  # .to(dtype) rounds them: 0.5 relative error at 2K in bf16)
-            module.inv_freq = module.original_inv_freq.to(device)
+    # weights in `dtype`, buffers (RoPE's frequencies) kept in fp32 as from_pretrained(dtype=...) leaves them:
+    # a plain .to(dtype) rounds the frequencies to bf16 (0.56 relative logit error at 2K on the first GPU run)
+    model = model.to(device=device)
+    for parameter in model.parameters():
+        parameter.data = parameter.data.to(dtype)
     ids = torch.randint(0, model.config.vocab_size, (1, length), generator=torch.Generator().manual_seed(1))
     ids = ids.to(device)
     reference = model(ids).logits.float()
@@ -260,6 +261,22 @@ def plain_window(q, k, v, scale: float, width: int):
     return call(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), scale, True, (width - 1, 0))
 
 
+def profile_prefill(name: str, length: int, rows: int = 12) -> None:
+    """Where one prefill's GPU time goes (``--profile NAME``): the CUDA kernels of one warm prefill of
+    ``name`` at ``length``, 8B-shaped layer, heaviest first."""
+    base = rope_base(WINDOW, HQ, HKV, DIM, "cuda")
+    q, k, v = inputs(length, HQ, HKV, DIM, "cuda", torch.bfloat16)
+    plan = method_for(name, WINDOW, length).plan(base, length, length)
+    segmented_attention(q, k, v, plan, 0, DIM**-0.5)  # warm: tables, compiled tiles
+    torch.cuda.synchronize()
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=activities) as prof:
+        segmented_attention(q, k, v, plan, 0, DIM**-0.5)
+        torch.cuda.synchronize()
+    print(f"profile: {name} prefill at {length // 1024}K")
+    print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=rows))
+
+
 # -------------------------------------------------------------------------------------------- report
 def print_table(rows: dict[str, Row]) -> None:
     columns: list[str] = []
@@ -288,6 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--oracle-rows", type=int, default=ORACLE_ROWS, help="(a) oracle rows per probe")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--profile", default="", help="(CUDA) methods whose longest prefill to profile")
     args = parser.parse_args(argv)
     cuda = torch.cuda.is_available()
     device = "cuda" if cuda else "cpu"
@@ -303,8 +321,11 @@ def main(argv: list[str] | None = None) -> int:
     check_attention(rows, length, device, dtype, 3e-2 if cuda else 1e-4, args.oracle_rows)
     check_model(rows, args.model_length or (2048 if cuda else 256), device, dtype, 3e-2 if cuda else 1e-4)
     if cuda:
-        for length in (parse_length(x) for x in args.lengths.split(",")):
+        lengths = [parse_length(x) for x in args.lengths.split(",")]
+        for length in lengths:
             measure_speed(rows, length, args.repeats)
+        for name in filter(None, args.profile.split(",")):
+            profile_prefill(name, max(lengths))
     print_table(rows)
     failures = [f"{row.method}: {failure}" for row in rows.values() for failure in row.failed]
     for failure in failures:

@@ -3,7 +3,15 @@
 import pytest
 import torch
 
-from lampe_eval.attention import AttentionPlan, Band, ChunkRelation, Segment, segmented_attention
+from lampe_eval.attention import (
+    AttentionPlan,
+    Band,
+    ChunkRelation,
+    Segment,
+    kernels,
+    segmented_attention,
+    tiles,
+)
 from lampe_eval.attention import engine as engine_module
 from lampe_eval.attention.reference import oracle_attention, relative_positions
 from lampe_eval.attention.rope import apply_rope
@@ -100,27 +108,42 @@ def test_overlapping_segments_are_detected():
         relative_positions(plan, 0, 20, 20)
 
 
-def test_memory_stays_blockwise(monkeypatch):
-    """Pieces never exceed ``block`` query rows and masks never exceed block x max(2 block, SINGLE_MASK_KEYS):
-    the largest temporary does not grow with the sequence length (O(L * block), not O(L^2))."""
-    seen: list[tuple[int, int, str, int]] = []
-    original = engine_module._attend
+def test_memory_stays_linear(monkeypatch):
+    """No call materialises an L x L tensor: the CPU kernel's masks (a band's last partial block) stay under
+    ``tiles.MASKED_EDGE`` elements, the portable path's ``block`` x ``PORTABLE_MAX_KEYS``, whatever the length
+    (O(L * block), not O(L^2))."""
+    masks: list[int] = []
+    original = kernels.attend_math
 
-    def spy(q, k, v, scale, kind, mask, **kwargs):
-        seen.append((q.shape[2], k.shape[2], kind, 0 if mask is None else mask.numel()))
-        return original(q, k, v, scale, kind, mask, **kwargs)
+    def spy(q, k, v, scale, kind, mask):
+        masks.append(0 if mask is None else mask.numel())
+        return original(q, k, v, scale, kind, mask)
 
-    monkeypatch.setattr(engine_module, "_attend", spy)
-    block = 128
-    largest_mask = {}
-    for n in (2048, 4096):
-        seen.clear()
+    monkeypatch.setattr(kernels, "attend_math", spy)
+    cpu_masks: list[object] = []
+    cpu_attend = kernels.attend
+
+    def cpu_spy(q, k, v, scale, kind, mask, backend, window=0):
+        cpu_masks.append(mask)
+        return cpu_attend(q, k, v, scale, kind, mask, backend, window)
+
+    monkeypatch.setattr(kernels, "attend", cpu_spy)
+    monkeypatch.setattr(tiles, "MASKED_EDGE", 64 * 64)
+    for plan in (shifted_plan(), chunk_plan()):
+        q, k, v = qkv(1024, 3, 1)
+        ref = oracle_attention(q, k, v, plan, 0, 0.3)
+        assert (segmented_attention(q, k, v, plan, 0, 0.3) - ref).abs().max() < 1e-4
+    assert cpu_masks and all(mask is None or mask.numel() <= 64 * 64 for mask in cpu_masks)
+    monkeypatch.setattr(engine_module, "FORCE_PORTABLE", True)
+    monkeypatch.setattr(engine_module, "PORTABLE_MAX_KEYS", 96)
+    largest = {}
+    for n in (512, 1024):
+        masks.clear()
         q, k, v = qkv(n, 3, 1)
-        segmented_attention(q, k, v, shifted_plan(), 0, 0.3, block=block)
-        assert max(rows for rows, *_ in seen) <= block
-        largest_mask[n] = max(mask for *_, mask in seen)
-        assert largest_mask[n] <= block * max(2 * block, engine_module.SINGLE_MASK_KEYS)
-    assert largest_mask[4096] == largest_mask[2048]
+        segmented_attention(q, k, v, shifted_plan(), 0, 0.3, block=64)
+        largest[n] = max(masks)
+        assert largest[n] <= 64 * 96
+    assert largest[1024] == largest[512]
 
 
 def test_portable_path_with_key_slicing_matches_the_oracle(monkeypatch):

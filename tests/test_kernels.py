@@ -14,7 +14,7 @@ import zlib
 import pytest
 import torch
 
-from lampe_eval.attention import engine, kernels, segmented_attention
+from lampe_eval.attention import kernels, segmented_attention
 from lampe_eval.attention.reference import oracle_attention
 from lampe_eval.errors import LampeEvalError
 from lampe_eval.methods import create_method
@@ -151,32 +151,30 @@ def test_engine_through_emulated_kernels_equals_the_oracle(name, monkeypatch):
     ref = oracle_attention(q, k, v, plan, 0, D**-0.5)
     for backend in ("flash_attn", "torch"):
         emulator = emulate(backend, monkeypatch)
-        for threshold, block in [(4, 16), (1024, 64)]:  # multi-piece blocks, then one masked call a block
-            monkeypatch.setattr(engine, "SINGLE_MASK_KEYS", threshold)
-            fast = segmented_attention(q, k, v, plan, 0, D**-0.5, block=block)
-            assert (fast - ref).abs().max() <= 1e-4, f"{backend} {method.label()} block {block}"
+        fast = segmented_attention(q, k, v, plan, 0, D**-0.5)
+        assert (fast - ref).abs().max() <= 1e-4, f"{backend} {method.label()}"
+        for first in (37, 101):  # a continued prefill: tiles starting mid-band and mid-chunk
+            part = segmented_attention(q[:, :, first:], k, v, plan, first, D**-0.5)
+            assert (part - ref[:, :, first:]).abs().max() <= 1e-4, f"{backend} {method.label()} from {first}"
         step = segmented_attention(q[:, :, -1:], k, v, plan, length - 1, D**-0.5)  # a decode step
         assert (step - ref[:, :, -1:]).abs().max() <= 1e-4, f"{backend} {method.label()} decode"
         assert emulator.calls, f"the emulated {backend} kernel was never called"
 
 
-def test_every_piece_kind_reaches_the_kernel(emulated, monkeypatch):
-    """Causal squares, anticausal bands (window (0, -1)) and rectangles all run on the kernel."""
-    monkeypatch.setattr(engine, "SINGLE_MASK_KEYS", 4)
-    method = create_method("selfextend", WINDOW, 4 * WINDOW, group_size=3, window=70)
-    plan = method.plan(base(), 160, 160)
+def test_a_band_is_one_kernel_call(emulated):
+    """On FlashAttention a band is one call: causal where no row reaches its upper edge, else the window
+    (width - 1, 0); a chunk relation is one batched call over its whole chunks plus its partial chunk."""
     q, k, v = torch.randn(1, 4, 160, D), torch.randn(1, 2, 160, D), torch.randn(1, 2, 160, D)
-    out = segmented_attention(q, k, v, plan, 0, 0.25, block=64)
+    plan = create_method("selfextend", WINDOW, 4 * WINDOW, group_size=3, window=70).plan(base(), 160, 160)
+    out = segmented_attention(q, k, v, plan, 0, 0.25)
     assert (out - oracle_attention(q, k, v, plan, 0, 0.25)).abs().max() <= 1e-4
-    seen = {(c["causal"], tuple(c["window"])) for c in emulated.calls}
-    assert {(True, (-1, -1)), (False, (0, -1)), (False, (-1, -1))} <= seen
-    # a thin band (ReRoPE's window of 20): each block's masked call is a band, run as the window (19, 0)
-    monkeypatch.setattr(engine, "SINGLE_MASK_KEYS", 1024)
+    calls = [(c["sq"], c["sk"], c["causal"], tuple(c["window"])) for c in emulated.calls]
+    assert calls == [(160, 160, False, (69, 0)), (90, 90, True, (-1, -1))]  # neighbours, then groups
     emulated.calls.clear()
-    plan = create_method("rerope", WINDOW, 4 * WINDOW, window=20).plan(base(), 160, 160)
-    out = segmented_attention(q, k, v, plan, 0, 0.25, block=64)
+    plan = create_method("dca", WINDOW, 4 * WINDOW, chunk_size=48, local_window=16).plan(base(), 160, 160)
+    out = segmented_attention(q, k, v, plan, 0, 0.25)
     assert (out - oracle_attention(q, k, v, plan, 0, 0.25)).abs().max() <= 1e-4
-    assert (False, (19, 0)) in {(c["causal"], tuple(c["window"])) for c in emulated.calls}
+    assert len(emulated.calls) <= 2 * len(plan.segments) + 2
 
 
 def test_bf16_through_the_strict_emulation(monkeypatch):
@@ -184,11 +182,10 @@ def test_bf16_through_the_strict_emulation(monkeypatch):
     monkeypatch.setenv(kernels.ENV, "flash_attn")
     emulator = FlashAttnEmulator(half_only=True)
     monkeypatch.setitem(sys.modules, "flash_attn", fake_flash_attn(emulator))
-    monkeypatch.setattr(engine, "SINGLE_MASK_KEYS", 4)
     method = create_method("lampe", WINDOW, 4 * WINDOW)
     plan = method.plan(base(), 160, 160)
     q, k, v = torch.randn(1, 4, 160, D), torch.randn(1, 2, 160, D), torch.randn(1, 2, 160, D)
     ref = oracle_attention(q, k, v, plan, 0, 0.25)
-    out = segmented_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), plan, 0, 0.25, block=64)
+    out = segmented_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), plan, 0, 0.25)
     assert out.dtype == torch.bfloat16 and emulator.calls
     assert (out.float() - ref).abs().max() < 0.05

@@ -46,7 +46,7 @@ class CountOps(TorchDispatchMode):
         super().__init__()
         self.ops: Counter[str] = Counter()
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.ops[op_name(func)] += 1
         return func(*args, **(kwargs or {}))
 

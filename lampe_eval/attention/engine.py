@@ -1,11 +1,12 @@
 """Exact multi-segment attention in O(L) memory.
 
 Keys are rotated once per distinct key-position map (segments that share one, like LaMPE's head and tail
-or DCA's three chunk relations, share one rotated copy), queries once per segment. Each segment then
-attends each block of its queries to its visible keys in up to three pieces (an unmasked rectangle, a
-causal triangle, thin masked edges) with a kernel that also returns the softmax log-sum-exp (LSE).
-Partial results are merged exactly: ``out = sum_p exp(lse_p - lse) * out_p`` with
-``lse = logsumexp_p lse_p`` (segments may overlap: the merge counts a pair once per segment covering it).
+or DCA's three chunk relations, share one rotated copy), queries once per segment. A prefill is compiled
+once per plan, length and kind of kernel into a few dense kernel calls (``tiles.py``: one FlashAttention
+call per band, a handful on the CPU kernel), each returning its softmax log-sum-exp (LSE), and runs without
+reading any tensor back on the host. Partial results are merged exactly: ``out = sum_p exp(lse_p - lse) *
+out_p`` with ``lse = logsumexp_p lse_p`` (segments may overlap: the merge counts a pair once per segment
+covering it).
 
 RoPE's factor on cos and sin (``rope_scaling``: the model's attention scaling, YaRN's temperature, DCA's
 length-dependent factor) scales every logit by its square; it is applied to the query side only, so
@@ -23,7 +24,7 @@ flash kernel on CPU, an exact blockwise matmul path elsewhere or when ``LAMPE_EV
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,31 +33,23 @@ import torch
 from . import kernels
 from .regions import Segment
 from .rope import rope_cos_sin, rotate_half
+from .tiles import Tile, tiles
 
-DEFAULT_BLOCK = 1024
-SINGLE_MASK_KEYS = 1024  # a block whose keys span at most this is attended in one masked call
-PORTABLE_MAX_KEYS = 8192  # widest key slice per call on the portable (score-materialising) path
+DEFAULT_BLOCK = 1024  # query rows per call on the portable (score-materialising) path
+PORTABLE_MAX_KEYS = 8192  # widest key slice per call on the portable path
 FORCE_PORTABLE = False  # tests flip this to check the portable path on CPU (or LAMPE_EVAL_KERNEL)
 NEG_INF = float("-inf")
 _MAX_CACHED = 64  # cached tables and schedules per plan (stay bounded when a plan serves many steps)
 
 
 @dataclass(frozen=True)
-class SegmentPart:
-    """What one segment covers in one attention call: query rows ``r0..r1-1`` (relative to the call's
-    first query), each seeing keys ``[starts[r], stops[r])`` (absolute indices), all within
-    ``[key_lo, key_hi)``."""
+class Prefill:
+    """A multi-query call compiled (:meth:`AttentionPlan.prefill`): its kernel calls, the query rows each
+    segment rotates, the keys each key copy rotates (merged ranges, absolute)."""
 
-    segment: int
-    copy: int  # which rotated key copy (distinct key map) the segment reads
-    r0: int
-    r1: int
-    starts: torch.Tensor
-    stops: torch.Tensor
-    key_lo: int
-    key_hi: int
-    breaks: list[int]  # rows (relative to r0) where the region's start may jump
-    block: int
+    tiles: tuple[Tile, ...]
+    rows: dict[int, tuple[int, int]]  # segment -> (first row, end row), relative to the call
+    keys: tuple[tuple[tuple[int, int], ...], ...]  # per key copy
 
 
 @dataclass
@@ -138,11 +131,14 @@ class AttentionPlan:
         """Everything a single-query call at ``q_start`` needs, computed once for all layers."""
 
         def make() -> DecodeStep:
-            parts = self.schedule(q_start, 1, DEFAULT_BLOCK, device)
-            queries, keys = self._step_rotations([p.segment for p in parts], q_start, device)
-            return DecodeStep(
-                queries.to(dtype), keys.to(dtype), [(p.copy, p.key_lo, p.key_hi) for p in parts]
-            )
+            copy_of = self.key_groups()[0]
+            parts = [
+                (index, copy_of[index], *segment.region.interval(q_start))
+                for index, segment in enumerate(self.segments)
+            ]
+            parts = [part for part in parts if part[3] > part[2]]
+            queries, keys = self._step_rotations([part[0] for part in parts], q_start, device)
+            return DecodeStep(queries.to(dtype), keys.to(dtype), [part[1:] for part in parts])
 
         return self._memo(("decode", q_start, dtype, device), make)
 
@@ -154,14 +150,12 @@ class AttentionPlan:
         def make() -> SegmentStep:
             copy_of = self.key_groups()[0]
             order = sorted(range(len(self.segments)), key=lambda s: copy_of[s])
-            at = torch.tensor([q_start], device=device)
-            bounds = [self.segments[s].region.bounds(at) for s in order]
             queries, keys = self._step_rotations(order, q_start, device)
             return SegmentStep(
                 _heads_first(queries).to(dtype),
                 _heads_first(keys).to(dtype),
                 tuple(copy_of[s] for s in order),
-                tuple((int(start[0]), int(stop[0])) for start, stop in bounds),
+                tuple(self.segments[s].region.interval(q_start) for s in order),
             )
 
         return self._memo(("segments", q_start, dtype, device), make)
@@ -194,31 +188,21 @@ class AttentionPlan:
 
         return apply_table(x, *self._memo((segment, side, first, end, x.dtype, x.device), make))
 
-    def schedule(self, q_start: int, n: int, block: int, device: torch.device) -> list[SegmentPart]:
-        """The non-empty part of every segment for queries ``q_start..q_start+n-1``."""
+    def prefill(self, q_start: int, n: int, flash: bool) -> Prefill:
+        """Queries ``q_start..q_start+n-1`` compiled into kernel calls (``flash``: for a FlashAttention
+        backend, else for the CPU kernel), once per plan."""
 
-        def make() -> list[SegmentPart]:
-            copy_of = self.key_groups()[0]
-            q_idx = torch.arange(q_start, q_start + n, device=device)
-            parts = []
-            for index, segment in enumerate(self.segments):
-                starts, stops = segment.region.bounds(q_idx)
-                rows = (stops > starts).nonzero()
-                if rows.numel() == 0:
-                    continue
-                # only the rows and keys this segment touches are rotated and attended
-                r0, r1 = int(rows[0, 0]), int(rows[-1, 0]) + 1
-                starts, stops = starts[r0:r1], stops[r0:r1]
-                first_row = q_start + r0
-                breaks = [b - first_row for b in segment.region.breakpoints(first_row, q_start + r1)]
-                keys = (int(starts.min()), int(stops.max()))
-                rows_per_block = segment.region.block_size(block)
-                parts.append(
-                    SegmentPart(index, copy_of[index], r0, r1, starts, stops, *keys, breaks, rows_per_block)
-                )
-            return parts
+        def make() -> Prefill:
+            found = [tiles(s.region, i, q_start, n, flash) for i, s in enumerate(self.segments)]
+            copy_of, firsts = self.key_groups()
+            rows = {i: (ts[0].r0, max(t.row_end for t in ts)) for i, ts in enumerate(found) if ts}
+            keys = tuple(
+                tuple(_union(sorted((t.k0, t.key_end) for t in sum(found, []) if copy_of[t.segment] == c)))
+                for c in range(len(firsts))
+            )
+            return Prefill(tuple(t for ts in found for t in ts), rows, keys)
 
-        return self._memo(("schedule", q_start, n, block, device), make)
+        return self._memo(("prefill", q_start, n, flash), make)
 
     def reach(self, query: int) -> list[int]:
         """For each key copy, the smallest key index any query from ``query`` on can still see through
@@ -227,9 +211,8 @@ class AttentionPlan:
         def make() -> list[int]:
             copy_of, first = self.key_groups()
             reach = [query] * len(first)
-            at = torch.tensor([query])
             for index, segment in enumerate(self.segments):
-                start = int(segment.region.bounds(at)[0][0])
+                start = segment.region.interval(query)[0]
                 reach[copy_of[index]] = min(reach[copy_of[index]], start)
             return reach
 
@@ -296,10 +279,15 @@ def segmented_attention(
     """Attention of un-rotated ``query`` [B, Hq, n, D] (absolute indices ``q_start + r``) over
     un-rotated ``key``/``value`` [B, Hkv, kv, D] (indices 0..kv-1), following ``plan``.
     Returns [B, Hq, n, D] in the query dtype."""
-    parts = plan.schedule(q_start, query.shape[2], block, query.device)
+    n = query.shape[2]
+    if n == 1:
+        parts = plan.decode_step(q_start, query.dtype, query.device).parts
+        needed = [[(lo, hi) for c, lo, hi in parts if c == copy] for copy in range(len(plan.key_groups()[1]))]
+    else:
+        needed = [list(r) for r in plan.prefill(q_start, n, _flash(query)).keys]
     copies: list[KeyCopy] = []
-    for copy in range(len(plan.key_groups()[1])):
-        ranges = _union(sorted((p.key_lo, p.key_hi) for p in parts if p.copy == copy))
+    for copy, wanted in enumerate(needed):
+        ranges = _union(sorted(wanted))
         if not ranges:
             copies.append((key[:, :, :0], 0))
             continue
@@ -313,6 +301,12 @@ def segmented_attention(
                 rotated[:, :, a - lo : b - lo] = apply_table(key[:, :, a:b], *table)
         copies.append((rotated, lo))
     return attend_rotated(query, copies, value, plan, q_start, scale, block)
+
+
+def _flash(query: torch.Tensor) -> bool:
+    """Whether the kernel for ``query`` takes FlashAttention's tiles (windows, rectangular causal): every
+    backend but the CPU kernel (the portable path cuts any tile into masked blocks)."""
+    return kernels.backend_for(query, FORCE_PORTABLE) != "cpu"
 
 
 def _union(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -341,30 +335,101 @@ def attend_rotated(
     n = query.shape[2]
     if n == 1:
         return _decode(query, keys, value, plan, q_start, scale)
+    backend = kernels.backend_for(query, FORCE_PORTABLE)
+    compiled = plan.prefill(q_start, n, backend != "cpu")
+    copy_of = plan.key_groups()[0]
     acc: tuple[torch.Tensor, torch.Tensor] | None = None
-    for part in plan.schedule(q_start, n, block, query.device):
-        table = plan.query_table(
-            part.segment, q_start + part.r0, q_start + part.r1, query.dtype, query.device
-        )
-        q_rot = apply_table(query[:, :, part.r0 : part.r1], *table)
-        copy, first = keys[part.copy]
-        k = copy[:, :, part.key_lo - first : part.key_hi - first]
-        v = value[:, :, part.key_lo : part.key_hi]
-        out, lse = interval_attention(
-            q_rot, k, v, part.starts - part.key_lo, part.stops - part.key_lo, scale, part.block, part.breaks
-        )
-        if acc is None and part.r0 == 0 and part.r1 == n:
-            acc = (out, lse)  # the first part covering every row starts the sums (no merge)
+    segment, rotated, r0 = -1, query, 0
+    for tile in compiled.tiles:  # tiles come segment by segment: one rotated query block alive at a time
+        if tile.segment != segment:
+            segment, (r0, r1) = tile.segment, compiled.rows[tile.segment]
+            table = plan.query_table(segment, q_start + r0, q_start + r1, query.dtype, query.device)
+            rotated = apply_table(query[:, :, r0:r1], *table)
+        q = rotated[:, :, tile.r0 - r0 : tile.row_end - r0]
+        copy, first = keys[copy_of[tile.segment]]
+        k = copy[:, :, tile.k0 - first : tile.key_end - first]
+        v = value[:, :, tile.k0 : tile.key_end]
+        out, lse = run_tile(tile, q, k, v, scale, backend, block)
+        if acc is None and tile.r0 == 0 and tile.row_end == n:
+            acc = (out, lse)  # the first tile covering every row starts the sums (no merge)
             continue
         if acc is None:
             acc = (
                 torch.zeros(query.shape, dtype=torch.float32, device=query.device),
                 torch.full(query.shape[:3], NEG_INF, dtype=torch.float32, device=query.device),
             )
-        merge_into(acc[0][:, :, part.r0 : part.r1], acc[1][:, :, part.r0 : part.r1], out, lse)
+        merge_into(acc[0][:, :, tile.r0 : tile.row_end], acc[1][:, :, tile.r0 : tile.row_end], out, lse)
     if acc is None:
         return torch.zeros_like(query)
     return acc[0].to(query.dtype)
+
+
+def run_tile(
+    tile: Tile, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, backend: str, block: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One tile: ``q`` its rows, ``k``/``v`` its keys (from the first block's first key). Returns fp32
+    (out [B, H, rows, D], lse [B, H, rows])."""
+    batch = q.shape[0]
+    if tile.blocks > 1:  # blocks stacked as a batch: rows are consecutive, keys ``step`` apart
+        q = _stack_rows(q, tile.blocks, tile.rows)
+        k, v = (_stack_keys(x, tile.blocks, tile.keys, tile.step) for x in (k, v))
+    if backend == "portable":
+        out, lse = _masked_blocks(tile, q, k, v, scale, block)
+    elif tile.kind == "mask":
+        out, lse = kernels.attend(
+            q, k, v, scale, "mask", _tile_mask(tile, 0, tile.rows, 0, tile.keys, q.device), backend
+        )
+    else:
+        out, lse = kernels.attend(q, k, v, scale, tile.kind, None, backend, tile.width)
+    if tile.blocks > 1:
+        out, lse = _unstack(out, batch), _unstack(lse, batch)
+    return out, lse
+
+
+def _stack_rows(x: torch.Tensor, blocks: int, rows: int) -> torch.Tensor:
+    """[B, H, blocks * rows, D] -> [B * blocks, H, rows, D]."""
+    b, h, _, d = x.shape
+    return x.reshape(b, h, blocks, rows, d).transpose(1, 2).reshape(b * blocks, h, rows, d)
+
+
+def _stack_keys(x: torch.Tensor, blocks: int, keys: int, step: int) -> torch.Tensor:
+    """Key windows ``[b * step, b * step + keys)`` of [B, H, S, D] as [B * blocks, H, keys, D]."""
+    b, h, _, d = x.shape
+    windows = x[:, :, : (blocks - 1) * step + keys].unfold(2, keys, step)  # [B, H, blocks, D, keys]
+    return windows.permute(0, 2, 1, 4, 3).reshape(b * blocks, h, keys, d)
+
+
+def _unstack(x: torch.Tensor, batch: int) -> torch.Tensor:
+    """[B * blocks, H, rows, ...] -> [B, H, blocks * rows, ...]."""
+    blocks = x.shape[0] // batch
+    stacked = x.reshape(batch, blocks, *x.shape[1:]).transpose(1, 2)
+    return stacked.reshape(batch, x.shape[1], blocks * x.shape[2], *x.shape[3:])
+
+
+def _tile_mask(tile: Tile, a: int, b: int, lo: int, hi: int, device: Any = None) -> torch.Tensor:
+    """[b - a, hi - lo] boolean: which of local keys lo..hi-1 local rows a..b-1 of ``tile`` see."""
+    start, stop = tile.visible(torch.arange(a, b, device=device))
+    keys = torch.arange(lo, hi, device=device)
+    return (keys[None, :] >= start[:, None]) & (keys[None, :] < stop[:, None])
+
+
+def _masked_blocks(
+    tile: Tile, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, block: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The portable path: a tile as blocks of at most ``block`` rows and ``PORTABLE_MAX_KEYS`` keys, each
+    masked by the tile's geometry (built on the device: no host sync), merged exactly."""
+    rows = q.shape[2]
+    out = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    lse = torch.full(q.shape[:3], NEG_INF, dtype=torch.float32, device=q.device)
+    for a in range(0, rows, block):
+        b = min(a + block, rows)
+        first, stop = tile.key_span(a, b)
+        for lo in range(first, stop, PORTABLE_MAX_KEYS):
+            hi = min(lo + PORTABLE_MAX_KEYS, stop)
+            mask = _tile_mask(tile, a, b, lo, hi, q.device)
+            o, l_ = kernels.attend_math(q[:, :, a:b], k[:, :, lo:hi], v[:, :, lo:hi], scale, "mask", mask)
+            merge_into(out[:, :, a:b], lse[:, :, a:b], o, l_)
+    return out, lse
 
 
 def _decode(
@@ -396,122 +461,9 @@ def _decode(
 def merge_into(acc_out: torch.Tensor, acc_lse: torch.Tensor, out: torch.Tensor, lse: torch.Tensor) -> None:
     """Exact LSE merge of a partial attention (out, lse) into the accumulators, in place, in fp32."""
     new_lse = torch.logaddexp(acc_lse, lse)
-    finite = torch.isfinite(new_lse)
-    w_acc = torch.where(finite, torch.exp(acc_lse - new_lse), torch.zeros_like(new_lse))
-    w_new = torch.where(finite, torch.exp(lse - new_lse), torch.zeros_like(new_lse))
-    acc_out.mul_(w_acc[..., None]).add_(out.float() * w_new[..., None])
+    weight = torch.exp(lse - new_lse).nan_to_num_(0.0)  # NaN where both are empty (-inf - -inf)
+    acc_out.lerp_(out.float(), weight[..., None])  # acc (1 - w) + out w: the two weights sum to 1
     acc_lse.copy_(new_lse)
-
-
-def _blocks(n: int, block: int, breaks: list[int]) -> Iterator[tuple[int, int]]:
-    cuts = sorted({0, n, *range(block, n, block), *(b for b in breaks if 0 < b < n)})
-    yield from zip(cuts[:-1], cuts[1:], strict=True)
-
-
-def interval_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    starts: torch.Tensor,
-    stops: torch.Tensor,
-    scale: float,
-    block: int = DEFAULT_BLOCK,
-    breaks: list[int] | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Row r of ``q`` attends keys ``[starts[r], stops[r])`` (non-decreasing in r). Returns fp32
-    (out [B, H, n, D], lse [B, H, n]); rows with no key get out 0 and lse -inf."""
-    n = q.shape[2]
-    out = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
-    lse = torch.full(q.shape[:3], NEG_INF, dtype=torch.float32, device=q.device)
-    for a, b in _blocks(n, block, breaks or []):
-        nonempty = (stops[a:b] > starts[a:b]).nonzero()
-        if nonempty.numel() == 0:
-            continue
-        a = a + int(nonempty[0, 0])  # leading rows with no key keep lse -inf
-        s, e = starts[a:b], stops[a:b]
-        pieces = _plan_pieces(s, e)
-        backend = kernels.backend_for(q, FORCE_PORTABLE)
-        if backend == "portable":  # it materialises scores: bound their width
-            pieces = _split_wide(pieces, PORTABLE_MAX_KEYS)
-        block_out: tuple[torch.Tensor, torch.Tensor] | None = None
-        for key_lo, key_hi, kind in pieces:
-            mask, width = None, 0
-            if kind == "mask" and backend in kernels.FLASH_CALLS:
-                width = _band_width(s, e, key_lo, key_hi)
-                kind = "window" if width else kind
-            if kind == "mask":
-                keys = torch.arange(key_lo, key_hi, device=q.device)
-                mask = (keys[None, :] >= s[:, None]) & (keys[None, :] < e[:, None])
-            piece = (q[:, :, a:b], k[:, :, key_lo:key_hi], v[:, :, key_lo:key_hi])
-            o, l_ = _attend(*piece, scale, kind, mask, window=width)
-            if block_out is None:
-                block_out = (o, l_)
-            else:
-                merge_into(*block_out, o, l_)
-        if block_out is not None:
-            out[:, :, a:b], lse[:, :, a:b] = block_out
-    return out, lse
-
-
-def _split_wide(pieces: list[tuple[int, int, str]], width: int) -> list[tuple[int, int, str]]:
-    """Cut unmasked rectangles into slices of at most ``width`` keys (merged exactly afterwards)."""
-    out: list[tuple[int, int, str]] = []
-    for lo, hi, kind in pieces:
-        if kind != "full":
-            out.append((lo, hi, kind))
-            continue
-        out.extend((start, min(start + width, hi), kind) for start in range(lo, hi, width))
-    return out
-
-
-def _plan_pieces(s: torch.Tensor, e: torch.Tensor) -> list[tuple[int, int, str]]:
-    """Split a block's key range into an unmasked rectangle, causal triangles and masked edges."""
-    rows = s.shape[0]
-    s_first, s_last, e_first, e_last = int(s[0]), int(s[-1]), int(e[0]), int(e[-1])
-    if rows == 1:  # a decode step: one unmasked call
-        return [(s_first, e_last, "full")]
-    pieces: list[tuple[int, int, str]] = []
-    if _unit_slope(e) and e_first >= 1 and s_last <= e_first - 1:
-        # Row r sees up to key e_first - 1 + r: a top-left causal square starting at e_first - 1.
-        if s_first < s_last:
-            # a band's left edge (row r sees from s_first + r): the same square, reversed
-            pieces.append((s_first, s_last, "anticausal" if _unit_slope(s) else "mask"))
-        if s_last < e_first - 1:
-            pieces.append((s_last, e_first - 1, "full"))
-        pieces.append((e_first - 1, e_last, "causal"))
-    elif s_last <= e_first:
-        if s_first < s_last:
-            pieces.append((s_first, s_last, "mask"))
-        if s_last < e_first:
-            pieces.append((s_last, e_first, "full"))
-        if e_first < e_last:
-            pieces.append((e_first, e_last, "mask"))
-    else:
-        pieces.append((s_first, e_last, "mask"))
-    # a thin block with edges on both sides: one masked call beats three calls and their merges; a plain
-    # rectangle + causal triangle is always cheaper unmasked (the kernel skips the triangle's far half)
-    simple = len(pieces) <= 2 and all(kind != "mask" for *_, kind in pieces)
-    if not simple and e_last - s_first <= SINGLE_MASK_KEYS:
-        return [(s_first, e_last, "mask")]
-    return pieces
-
-
-def _band_width(s: torch.Tensor, e: torch.Tensor, key_lo: int, key_hi: int) -> int:
-    """w when row r of the piece ``[key_lo, key_hi)`` sees keys ``[max(key_lo, e[r] - w), e[r])`` with
-    ``e[r] = key_hi - rows + 1 + r``: a distance band cut by the piece's edges, which FlashAttention's
-    bottom-right ``window_size=(w - 1, 0)`` expresses exactly (no mask); 0 when it is not that."""
-    width = int(e[-1]) - int(s[-1])
-    if int(e[-1]) != key_hi or width < 1 or not _unit_slope(e):
-        return 0
-    return width if bool((s == (e - width).clamp(min=key_lo)).all()) else 0
-
-
-def _unit_slope(x: torch.Tensor) -> bool:
-    """x[r] = x[0] + r for every row."""
-    rows = x.shape[0]
-    return int(x[-1]) - int(x[0]) == rows - 1 and bool(
-        (x - x[0] == torch.arange(rows, device=x.device)).all()
-    )
 
 
 def _attend(

@@ -1,9 +1,10 @@
 """Kernels for one dense piece of a segment: attention output *and* the softmax log-sum-exp (LSE).
 
-The engine (``engine.py``) cuts every segment into unmasked rectangles ("full"), causal squares
-("causal"), reversed causal squares ("anticausal": row r sees keys r.. of a piece with one key fewer
-than rows) and thin masked edges ("mask"), and merges the pieces by their LSE in fp32. This module runs
-one piece on the best kernel for the tensors at hand. Backends (``LAMPE_EVAL_KERNEL``, default ``auto``):
+The engine (``engine.py``, ``tiles.py``) cuts every segment into a few unmasked rectangles ("full"), causal
+squares ("causal", bottom-right), sliding windows ("window") and reversed causal squares ("anticausal":
+row r sees keys r.. of a piece with one key fewer than rows), and merges them by their LSE in fp32; the
+portable path gets masked blocks ("mask"). This module runs one piece on the best kernel for the tensors
+at hand. Backends (``LAMPE_EVAL_KERNEL``, default ``auto``):
 
 - ``flash_attn``: ``flash_attn.flash_attn_func(..., return_attn_probs=True)`` (the optional ``gpu``
   extra; CUDA, fp16/bf16). Layout [B, S, H, D], GQA native, causal aligned bottom-right, anticausal as
@@ -15,9 +16,8 @@ one piece on the best kernel for the tensors at hand. Backends (``LAMPE_EVAL_KER
 - ``portable``: exact fp32 matmuls that materialise the piece's scores (any device, any mask).
 
 ``auto``: ``cpu`` on CPU; on CUDA with fp16/bf16 ``flash_attn`` when installed, else ``torch``; else
-``portable``. On the FlashAttention backends a masked piece that is a distance band cut by the piece's
-edges runs as a bottom-right window; any other masked edge (an arbitrary row-wise interval) goes to
-``portable`` (at most ``engine.SINGLE_MASK_KEYS`` keys wide, or one block's thin edge).
+``portable``. The engine gives the FlashAttention backends bands as bottom-right windows, the CPU kernel
+causal squares, rectangles and reversed squares only (``tiles.py``); ``portable`` gets masked blocks.
 The kernel contracts, with their sources, are in ``docs/gpu.md``; ``tests/test_kernels.py`` checks
 every dispatch decision on CPU against emulations of those contracts.
 """

@@ -32,13 +32,10 @@ class Region:
     def bounds(self, queries: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         raise NotImplementedError
 
-    def breakpoints(self, first: int, last: int) -> list[int]:
-        """Query indices in (first, last) where ``start`` may jump (blocks are split there)."""
-        return []
-
-    def block_size(self, default: int) -> int:
-        """Query rows per block: thin bands use smaller blocks so their masked edges stay thin."""
-        return default
+    def interval(self, query: int) -> tuple[int, int]:
+        """``bounds`` of one query in Python ints (no tensor, so no device sync)."""
+        start, stop = self.bounds(torch.tensor([query]))
+        return int(start[0]), int(stop[0])
 
     def dense_mask(self, queries: torch.Tensor, num_keys: int) -> torch.Tensor:
         """Boolean [n, num_keys] view, for the oracle and the partition tests only."""
@@ -59,11 +56,9 @@ class Band(Region):
         start = torch.zeros_like(queries) if self.hi is None else (queries - self.hi).clamp(min=0)
         return start, torch.maximum(stop, start)
 
-    def block_size(self, default: int) -> int:
-        if self.hi is None:
-            return default
-        # a block of B rows costs about (width + B) keys per row: B ~ width / 2 keeps waste <= 1.5x
-        return max(64, min(default, (self.hi - self.lo + 1) // 2))
+    def interval(self, query: int) -> tuple[int, int]:
+        start = 0 if self.hi is None else max(0, query - self.hi)
+        return start, max(query - self.lo + 1, start)
 
 
 @dataclass(frozen=True)
@@ -83,9 +78,12 @@ class ChunkRelation(Region):
             return prev_start, chunk_start
         return torch.zeros_like(queries), prev_start
 
-    def breakpoints(self, first: int, last: int) -> list[int]:
-        begin = (first // self.size + 1) * self.size
-        return list(range(begin, last, self.size))
+    def interval(self, query: int) -> tuple[int, int]:
+        chunk_start = (query // self.size) * self.size
+        if self.gap == 0:
+            return chunk_start, query + 1
+        prev_start = max(chunk_start - self.size, 0)
+        return (prev_start, chunk_start) if self.gap == 1 else (0, prev_start)
 
 
 @dataclass(frozen=True)
@@ -99,6 +97,9 @@ class FirstKeys(Region):
     def bounds(self, queries: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         stop = (queries - self.lo + 1).clamp(min=0, max=self.count)
         return torch.zeros_like(queries), stop
+
+    def interval(self, query: int) -> tuple[int, int]:
+        return 0, min(max(query - self.lo + 1, 0), self.count)
 
 
 @dataclass(frozen=True)
