@@ -189,3 +189,24 @@ def test_bf16_through_the_strict_emulation(monkeypatch):
     out = segmented_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), plan, 0, 0.25)
     assert out.dtype == torch.bfloat16 and emulator.calls
     assert (out.float() - ref).abs().max() < 0.05
+
+
+def test_fp32_on_cuda_is_told_before_loading(caplog, monkeypatch):
+    """fp32 on CUDA would take the portable path (FlashAttention is fp16/bf16 only): one warning naming the
+    alternative, from the settings check (no model loaded); none for bf16 or on CPU."""
+    from lampe_eval.backends.hf import HFBackend
+    from lampe_eval.settings import RunSettings
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    for settings, warned in [
+        (RunSettings(dtype="float32"), True),
+        (RunSettings(dtype="fp32", device="cuda"), True),
+        (RunSettings(dtype="bf16"), False),
+        (RunSettings(dtype="float32", device="cpu"), False),
+    ]:
+        caplog.clear()
+        HFBackend.check_settings(settings)
+        messages = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert bool(messages) == warned, settings
+        if warned:
+            assert "portable fp32 path" in messages[0] and "--dtype bfloat16" in messages[0]

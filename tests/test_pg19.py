@@ -193,6 +193,33 @@ def test_chunked_loss_equals_the_full_loss(length, chunk):
     assert total == pytest.approx(full, rel=1e-5) and tail == pytest.approx(full_tail, rel=1e-5, abs=1e-6)
 
 
+def test_the_loss_follows_the_lm_head_to_its_device(monkeypatch):
+    """With --device-map auto the LM head may sit on another GPU than the input ids: the targets must move
+    to the logits' device. This CPU has one device, so the head here hands its logits to the meta device
+    and the loss checks that its targets are there too (the same numbers otherwise)."""
+    model = tiny_llama(window=256)
+    ids = torch.randint(0, 128, (1, 97))
+    expected = chunked_nll_rows(model, ids, chunk=16)[0]
+    head = model.get_output_embeddings()
+    real_ce = torch.nn.functional.cross_entropy
+    chunks = iter(ids[0, 1:].split(16))  # the CPU targets, chunk by chunk
+    seen = []
+
+    class OtherDevice(torch.nn.Module):
+        def forward(self, hidden):
+            logits = head(hidden)
+            seen.append(logits)
+            return logits.to("meta")
+
+    def loss_on_one_device(logits, target, **kwargs):
+        assert logits.device == target.device, f"logits on {logits.device}, targets on {target.device}"
+        return real_ce(seen.pop(), next(chunks), **kwargs)
+
+    monkeypatch.setattr(model, "get_output_embeddings", lambda: OtherDevice())
+    monkeypatch.setattr(torch.nn.functional, "cross_entropy", loss_on_one_device)
+    assert chunked_nll_rows(model, ids, chunk=16)[0] == pytest.approx(expected, rel=1e-12)
+
+
 def test_chunked_loss_goes_through_the_method_patch():
     model = tiny_llama(window=64)
     ids = torch.randint(0, 128, (1, 200))

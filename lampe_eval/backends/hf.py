@@ -9,6 +9,7 @@ what it gives alone (``tests/test_batching.py``).
 from __future__ import annotations
 
 import importlib.metadata
+import logging
 import time
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, TypeVar
@@ -39,6 +40,8 @@ from .text import cut_at_stops, eos_ids, until_eos
 R = TypeVar("R", GenerationRequest, NLLRequest)
 T = TypeVar("T", Generation, TokenNLL)
 
+log = logging.getLogger(__name__)
+
 
 @BACKENDS.register("hf")
 class HFBackend(BaseBackend):
@@ -62,6 +65,13 @@ class HFBackend(BaseBackend):
         if settings.device_map and settings.device not in (None, "cuda"):
             raise LampeEvalError(
                 f"--device-map auto places the model on GPUs: drop --device {settings.device}"
+            )
+        if settings.dtype in ("fp32", "float32") and _on_cuda(settings):
+            log.warning(
+                "--dtype %s on CUDA: FlashAttention takes fp16/bf16 only, so a patched model's attention "
+                "runs on the portable fp32 path (exact, but it computes scores block by block: several times "
+                "slower from 32K); --dtype bfloat16 runs it on FlashAttention",
+                settings.dtype,
             )
 
     @classmethod
@@ -244,6 +254,13 @@ class HFBackend(BaseBackend):
         return time.perf_counter() - start
 
 
+def _on_cuda(settings: RunSettings) -> bool:
+    """Whether the model will load on CUDA (asked for, placed by accelerate, or the default device)."""
+    if settings.device_map or settings.device == "cuda":
+        return True
+    return settings.device is None and torch.cuda.is_available()
+
+
 def _version(distribution: str) -> str:
     try:
         return importlib.metadata.version(distribution)
@@ -273,14 +290,15 @@ def chunked_nll_rows(
     out = []
     for row in range(input_ids.shape[0]):
         targets = input_ids[row, 1:]
-        total = torch.zeros((), dtype=torch.float64)
-        tail = torch.zeros((), dtype=torch.float64)
+        total: torch.Tensor | float = 0.0
+        tail: torch.Tensor | float = 0.0
         for start in range(0, length - 1, chunk):
             stop = min(start + chunk, length - 1)
             logits = head(hidden[row, start:stop]).float()
-            nll = F.cross_entropy(logits, targets[start:stop], reduction="none").double().cpu()
-            total += nll.sum()
-            positions = torch.arange(start + 1, stop + 1)  # the positions of the predicted tokens
-            tail += nll[positions >= tail_from].sum()
-        out.append((float(total), length - 1, float(tail), n_tail))
+            # the LM head may sit on another GPU than the inputs (--device-map auto): targets follow it
+            target = targets[start:stop].to(logits.device)
+            nll = F.cross_entropy(logits, target, reduction="none").double()
+            total = total + nll.sum()
+            tail = tail + nll[max(0, tail_from - 1 - start) :].sum()  # predicted positions >= tail_from
+        out.append((float(total), length - 1, float(tail), n_tail))  # one host read per row
     return out
