@@ -85,7 +85,18 @@ def measure(method: str, length: int, repeats: int, threads: int = 0, clock: str
         peak_mb = (torch.cuda.max_memory_allocated() - base_cuda) / 2**20
     else:  # growth of the peak resident set above what the process held with its inputs
         peak_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base_rss) / 1024
-    return {"method": method, "length": length, "seconds": min(times), "peak_mb": peak_mb, "device": device}
+    from lampe_eval.attention.counts import count
+
+    _, counts = count(run)  # attention kernels and host syncs of one warm prefill
+    return {
+        "method": method,
+        "length": length,
+        "seconds": min(times),
+        "peak_mb": peak_mb,
+        "device": device,
+        "kernels": counts.attention,
+        "syncs": counts.syncs,
+    }
 
 
 def main() -> None:
@@ -126,15 +137,24 @@ def main() -> None:
         f"\nAttention of one layer, {HQ} q / {HKV} kv heads, head_dim {DIM}, window = L/2, device {device}, "
         f"threads {args.threads or 'default'}, {args.clock} clock"
     )
-    print("seconds (ratio to causal SDPA, best of repeats); peak MB = working memory above the inputs\n")
-    header = "| method | " + " | ".join(f"{n // 1024}K time (x SDPA) | {n // 1024}K peak MB" for n in lengths)
+    print(
+        "seconds (ratio to causal SDPA, best of repeats); peak MB = working memory above the inputs; "
+        "kernels/syncs = attention kernel calls and host syncs of one prefill\n"
+    )
+    header = "| method | " + " | ".join(
+        f"{n // 1024}K time (x SDPA) | {n // 1024}K peak MB | {n // 1024}K kernels/syncs" for n in lengths
+    )
     print(header + " |")
-    print("|" + "---|" * (1 + 2 * len(lengths)))
+    print("|" + "---|" * (1 + 3 * len(lengths)))
     for method in methods:
         cells = []
         for length in lengths:
             row, ref = rows[(method, length)], rows[("sdpa", length)]["seconds"]
-            cells += [f"{row['seconds']:.3f} ({row['seconds'] / ref:.2f}x)", f"{row['peak_mb']:.0f}"]
+            cells += [
+                f"{row['seconds']:.3f} ({row['seconds'] / ref:.2f}x)",
+                f"{row['peak_mb']:.0f}",
+                f"{row['kernels']}/{row['syncs']}",
+            ]
         print(f"| {method} | " + " | ".join(cells) + " |")
 
 

@@ -71,8 +71,13 @@ def rope_base(window: int, heads: int, kv_heads: int, dim: int, device: str) -> 
     return RopeBase(inv_freq=inv_freq, attention_scaling=1.0, window=window, head_dim=dim, config=config)
 
 
+ONLY: list[str] = []  # --methods: check and time only these
+
+
 def position_methods() -> list[str]:
-    return [name for name in METHODS.names() if METHODS.get(name).kind != "baseline"]
+    return [
+        name for name in METHODS.names() if METHODS.get(name).kind != "baseline" and name in (ONLY or [name])
+    ]
 
 
 def method_for(name: str, window: int, length: int):
@@ -306,7 +311,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--oracle-rows", type=int, default=ORACLE_ROWS, help="(a) oracle rows per probe")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--profile", default="", help="(CUDA) methods whose longest prefill to profile")
+    parser.add_argument("--methods", default="", help="only these methods (default: every method)")
     args = parser.parse_args(argv)
+    ONLY[:] = [name for name in args.methods.split(",") if name]
     cuda = torch.cuda.is_available()
     device = "cuda" if cuda else "cpu"
     dtype = torch.bfloat16 if cuda else torch.float32

@@ -130,7 +130,7 @@ def test_kernel_calls_per_layer_stay_few_at_32k_and_128k(monkeypatch):
                 assert len(calls) <= 2 * len(plan.segments) + 2, label
                 assert counts.syncs == 0, label
                 if name == "lampe":
-                    assert len(calls) <= 3, label
+                    assert len(calls) <= 4, label  # head, middle (causal rows + cut rows), tail
 
 
 def test_a_patched_prefill_reads_nothing_back_on_the_host():
