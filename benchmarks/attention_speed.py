@@ -52,17 +52,7 @@ def measure(method: str, length: int, repeats: int, threads: int = 0, clock: str
                 apply_rope(q, pos, inv_freq), apply_rope(k, pos, inv_freq), v, is_causal=True, enable_gqa=True
             )
     else:
-        from transformers import LlamaConfig
-
-        config = LlamaConfig(
-            hidden_size=HQ * DIM,
-            num_attention_heads=HQ,
-            num_key_value_heads=HKV,
-            head_dim=DIM,
-            max_position_embeddings=window,
-            rope_parameters={"rope_type": "default", "rope_theta": 1e5},
-        )
-        base = RopeBase(inv_freq=inv_freq, attention_scaling=1.0, window=window, head_dim=DIM, config=config)
+        base = RopeBase.plain(window, HQ, HKV, DIM, theta=1e5, device=device)
         extra = {"identity_within_window": False} if method == "lampe" else {}
         plan = create_method(method, window, length, **extra).plan(base, length, length)
 

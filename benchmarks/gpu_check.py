@@ -57,18 +57,7 @@ class Row:
 
 
 def rope_base(window: int, heads: int, kv_heads: int, dim: int, device: str) -> RopeBase:
-    from transformers import LlamaConfig
-
-    config = LlamaConfig(
-        hidden_size=heads * dim,
-        num_attention_heads=heads,
-        num_key_value_heads=kv_heads,
-        head_dim=dim,
-        max_position_embeddings=window,
-        rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
-    )
-    inv_freq = 1.0 / (500000.0 ** (torch.arange(0, dim, 2, device=device).float() / dim))
-    return RopeBase(inv_freq=inv_freq, attention_scaling=1.0, window=window, head_dim=dim, config=config)
+    return RopeBase.plain(window, heads, kv_heads, dim, theta=500000.0, device=device)
 
 
 ONLY: list[str] = []  # --methods: check and time only these

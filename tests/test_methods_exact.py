@@ -17,18 +17,7 @@ WINDOW = 96
 
 
 def base(window: int = WINDOW) -> RopeBase:
-    from transformers import LlamaConfig
-
-    config = LlamaConfig(
-        hidden_size=4 * D,
-        num_attention_heads=4,
-        num_key_value_heads=2,  # the tests' query and key heads (Ms-PoE's positions are per head)
-        head_dim=D,
-        max_position_embeddings=window,
-        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
-    )
-    inv = 1.0 / (10000 ** (torch.arange(0, D, 2).float() / D))
-    return RopeBase(inv_freq=inv, attention_scaling=1.0, window=window, head_dim=D, config=config)
+    return RopeBase.plain(window, 4, 2, D)  # the tests' query and key heads (Ms-PoE's positions are per head)
 
 
 def random_params(name: str, rng: random.Random) -> dict:

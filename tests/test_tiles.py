@@ -80,21 +80,6 @@ def test_the_three_tile_edge_runs_exactly(monkeypatch):
     assert (segmented_attention(q, k, v, plan, 0, 0.3) - ref).abs().max() < 1e-4
 
 
-def model_base(window: int, theta: float, heads: int, kv_heads: int, dim: int) -> RopeBase:
-    from transformers import LlamaConfig
-
-    config = LlamaConfig(
-        hidden_size=heads * dim,
-        num_attention_heads=heads,
-        num_key_value_heads=kv_heads,
-        head_dim=dim,
-        max_position_embeddings=window,
-        rope_parameters={"rope_type": "default", "rope_theta": theta},
-    )
-    inv_freq = 1.0 / (theta ** (torch.arange(0, dim, 2).float() / dim))
-    return RopeBase(inv_freq=inv_freq, attention_scaling=1.0, window=window, head_dim=dim, config=config)
-
-
 SHAPES = {"llama-3-8b": (8192, 500000.0, 32, 8), "qwen2-7b": (32768, 1000000.0, 28, 4)}
 
 
@@ -113,7 +98,7 @@ def test_kernel_calls_per_layer_stay_few_at_32k_and_128k(monkeypatch):
     monkeypatch.setenv(kernels.ENV, "torch")
     monkeypatch.setitem(kernels.FLASH_CALLS, "torch", stub)
     for shape, (window, theta, heads, kv_heads) in SHAPES.items():
-        base = model_base(window, theta, heads, kv_heads, 8)
+        base = RopeBase.plain(window, heads, kv_heads, 8, theta)
         for length in (32768, 131072):
             # on the meta device nothing is computed (and a host read would raise)
             q, k = (

@@ -123,10 +123,11 @@ def _band(segment: int, a: int, e: int, lo: int, hi: int | None, flash: bool, or
     width = hi - lo + 1
     fill = min(e, hi + 1)  # rows before this see keys from 0: the band's upper edge does not cut them
     if flash:
-        # FlashAttention's windowed kernel ran ~20% slower than its causal one for the same pairs (H200, 128K):
-        # rows the edge does not cut go to a causal call when they are most of the work (LaMPE's middle)
+        # FlashAttention's windowed kernel ran ~20% slower than its causal one for the same pairs (H200,
+        # 128K): rows the edge does not cut go to a causal call when they are most of the work
         if a < fill and (fill - a) ** 2 // 2 > (e - fill) * width:
-            return _causal(segment, origin, a, fill, lo, flash) + _band(segment, fill, e, lo, hi, flash, origin)
+            uncut = _causal(segment, origin, a, fill, lo, flash)
+            return uncut + _band(segment, fill, e, lo, hi, flash, origin)
         k0 = max(0, a - hi)
         return _tile(segment, origin, a, e - a, k0, e - lo - k0, "window", width=width)
     # CPU: rows up to hi see keys from 0 (causal); then blocks of `width` rows, block at row b seeing keys

@@ -48,6 +48,30 @@ class RopeBase:
     head_dim: int
     config: Any = None  # the model config (frequency methods derive theirs from a copy)
 
+    @classmethod
+    def plain(
+        cls,
+        window: int,
+        heads: int,
+        kv_heads: int,
+        head_dim: int,
+        theta: float = 10000.0,
+        device: Any = "cpu",
+    ) -> RopeBase:
+        """Plain RoPE of a Llama-shaped model with these heads (tests and benchmarks: no weights)."""
+        from transformers import LlamaConfig
+
+        config = LlamaConfig(
+            hidden_size=heads * head_dim,
+            num_attention_heads=heads,
+            num_key_value_heads=kv_heads,
+            head_dim=head_dim,
+            max_position_embeddings=window,
+            rope_parameters={"rope_type": "default", "rope_theta": theta},
+        )
+        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=device).float() / head_dim))
+        return cls(inv_freq=inv_freq, attention_scaling=1.0, window=window, head_dim=head_dim, config=config)
+
 
 @dataclass
 class Method:
