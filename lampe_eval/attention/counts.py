@@ -1,4 +1,4 @@
-"""What a call costs beyond its arithmetic: attention kernel launches and host synchronisations.
+"""What a call costs beyond its arithmetic: attention kernel launches, host synchronisations, memory.
 
 On a GPU a prefill's time is also its number of kernel launches and of blocking GPU-to-CPU reads (a
 tensor turned into a Python number, or an op whose output size depends on data). :class:`CountOps`
@@ -69,3 +69,18 @@ def count(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, CountOps]:
     with CountOps() as counts, torch.no_grad():
         result = fn(*args, **kwargs)
     return result, counts
+
+
+def peak_memory(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, int]:
+    """``fn(*args, **kwargs)`` under ``torch.profiler`` with ``profile_memory``: (its result, the peak of
+    the bytes its ops held at once on the CPU, above what was allocated before). Slow (every op is
+    recorded): for tests on small inputs and benchmarks."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof, torch.no_grad():
+        result = fn(*args, **kwargs)
+    live = peak = 0
+    for event in sorted(prof.events(), key=lambda e: e.time_range.start):
+        live += event.self_cpu_memory_usage
+        peak = max(peak, live)
+    return result, peak

@@ -294,11 +294,15 @@ def chunked_nll_rows(
         tail: torch.Tensor | float = 0.0
         for start in range(0, length - 1, chunk):
             stop = min(start + chunk, length - 1)
-            logits = head(hidden[row, start:stop]).float()
-            # the LM head may sit on another GPU than the inputs (--device-map auto): targets follow it
-            target = targets[start:stop].to(logits.device)
-            nll = F.cross_entropy(logits, target, reduction="none").double()
+            nll = _chunk_nll(head, hidden[row, start:stop], targets[start:stop])
             total = total + nll.sum()
             tail = tail + nll[max(0, tail_from - 1 - start) :].sum()  # predicted positions >= tail_from
         out.append((float(total), length - 1, float(tail), n_tail))  # one host read per row
     return out
+
+
+def _chunk_nll(head: Any, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """fp64 NLL of one chunk; its [chunk, vocab] logits are freed on return, before the next chunk's."""
+    logits = head(hidden).float()
+    # the LM head may sit on another GPU than the inputs (--device-map auto): the targets follow it
+    return F.cross_entropy(logits, targets.to(logits.device), reduction="none").double()
