@@ -39,7 +39,7 @@ DEFAULT_BLOCK = 1024  # query rows per call on the portable (score-materialising
 PORTABLE_MAX_KEYS = 8192  # widest key slice per call on the portable path
 FORCE_PORTABLE = False  # tests flip this to check the portable path on CPU (or LAMPE_EVAL_KERNEL)
 NEG_INF = float("-inf")
-_MAX_CACHED = 64  # cached tables and schedules per plan (stay bounded when a plan serves many steps)
+_MAX_CACHED = 64  # cached tables and compiled calls per plan (stay bounded when a plan serves many steps)
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ class AttentionPlan:
     rope_scaling: float = 1.0  # multiplies cos and sin (so logits by its square)
     query_scale: Callable[[torch.Tensor], torch.Tensor] | None = None  # per absolute query index
     key_scale: Callable[[torch.Tensor], torch.Tensor] | None = None  # per absolute key index, in the key
-    # cos/sin tables, schedules, rotation matrices: a plan serves every layer of a forward pass (with
+    # cos/sin tables, compiled calls, rotation matrices: a plan serves every layer of a forward pass (with
     # fixed frequencies, a whole generation), so each is computed once, not once per layer
     _cache: dict[tuple, Any] = field(default_factory=dict, repr=False)
     _groups: tuple[list[int], list[int]] | None = field(default=None, repr=False)

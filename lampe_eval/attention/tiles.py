@@ -23,7 +23,6 @@ import torch
 
 from .regions import Band, ChunkRelation, FirstKeys, Region
 
-KINDS = ("full", "causal", "window", "anticausal", "mask")
 MASKED_EDGE = 1 << 22  # largest [rows x keys] mask of a partial block on the CPU kernel (16 MiB in fp32)
 
 
