@@ -131,3 +131,30 @@ def test_a_patched_prefill_reads_nothing_back_on_the_host():
                     model(ids)
             assert counts.syncs == 0, name
             assert counts.attention <= 8 * 2, name
+
+
+@pytest.mark.parametrize("portable", [False, True])
+def test_a_batch_of_sequences_equals_each_alone(portable, monkeypatch):
+    """Blocks stacked as a batch (windowed bands on the CPU kernel, DCA's whole chunks) keep each sequence
+    of a batch apart: a batch of 3 gives each sequence's own output."""
+    from lampe_eval.attention import engine
+
+    monkeypatch.setattr(engine, "FORCE_PORTABLE", portable)
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, 16, 2).float() / 16))
+    near_far = [Segment("near", Band(0, 20)), Segment("far", Band(21), lambda i: i.float() / 4)]
+    chunks = [
+        Segment(f"gap{g}", ChunkRelation(30, g), lambda i: (i % 30).float(), lambda j: (j % 30).float())
+        for g in range(3)
+    ]
+    for segments in (near_far, chunks):
+        plan = AttentionPlan(segments, inv_freq)
+        assert any(
+            t.blocks > 1 for s, seg in enumerate(segments) for t in tiles.tiles(seg.region, s, 0, 200, False)
+        )
+        q, k, v = torch.randn(3, 4, 200, 16), torch.randn(3, 2, 200, 16), torch.randn(3, 2, 200, 16)
+        together = segmented_attention(q, k, v, plan, 0, 0.25)
+        for b in range(3):
+            alone = segmented_attention(q[b : b + 1], k[b : b + 1], v[b : b + 1], plan, 0, 0.25)
+            assert (together[b : b + 1] - alone).abs().max() < 1e-5
+            ref = oracle_attention(q[b : b + 1], k[b : b + 1], v[b : b + 1], plan, 0, 0.25)
+            assert (alone - ref).abs().max() < 1e-4
