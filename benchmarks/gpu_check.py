@@ -211,7 +211,8 @@ def measure_speed(
     flash = rows.setdefault("flash (plain)", Row("flash (plain)"))
     flash.cells[prefill] = f"{flash_prefill_s * 1e3:.1f} (1.00x)"
     flash.cells[decode] = f"{flash_decode_s * 1e3:.2f} (1.00x)"
-    flash.cells[calls] = "1/0"
+    _, counts = count(flash_prefill)
+    flash.cells[calls] = f"{counts.attention}/{counts.syncs}"
     for name in position_methods():
         row = rows.setdefault(name, Row(name))
         plan = method_for(name, shape.window, length).plan(base, length, length)

@@ -194,13 +194,14 @@ class AttentionPlan:
 
         def make() -> Prefill:
             found = [tiles(s.region, i, q_start, n, flash) for i, s in enumerate(self.segments)]
+            every = tuple(t for ts in found for t in ts)
             copy_of, firsts = self.key_groups()
             rows = {i: (ts[0].r0, max(t.row_end for t in ts)) for i, ts in enumerate(found) if ts}
             keys = tuple(
-                tuple(_union(sorted((t.k0, t.key_end) for t in sum(found, []) if copy_of[t.segment] == c)))
+                tuple(_union(sorted((t.k0, t.key_end) for t in every if copy_of[t.segment] == c)))
                 for c in range(len(firsts))
             )
-            return Prefill(tuple(t for ts in found for t in ts), rows, keys)
+            return Prefill(every, rows, keys)
 
         return self._memo(("prefill", q_start, n, flash), make)
 
@@ -284,7 +285,8 @@ def segmented_attention(
         parts = plan.decode_step(q_start, query.dtype, query.device).parts
         needed = [[(lo, hi) for c, lo, hi in parts if c == copy] for copy in range(len(plan.key_groups()[1]))]
     else:
-        needed = [list(r) for r in plan.prefill(q_start, n, _flash(query)).keys]
+        flash = _takes_flash_tiles(kernels.backend_for(query, FORCE_PORTABLE))
+        needed = [list(r) for r in plan.prefill(q_start, n, flash).keys]
     copies: list[KeyCopy] = []
     for copy, wanted in enumerate(needed):
         ranges = _union(sorted(wanted))
@@ -303,10 +305,10 @@ def segmented_attention(
     return attend_rotated(query, copies, value, plan, q_start, scale, block)
 
 
-def _flash(query: torch.Tensor) -> bool:
-    """Whether the kernel for ``query`` takes FlashAttention's tiles (windows, rectangular causal): every
-    backend but the CPU kernel (the portable path cuts any tile into masked blocks)."""
-    return kernels.backend_for(query, FORCE_PORTABLE) != "cpu"
+def _takes_flash_tiles(backend: str) -> bool:
+    """Whether ``backend`` takes FlashAttention's tiles (windows, rectangular causal): every backend but
+    the CPU kernel (the portable path cuts any tile into masked blocks)."""
+    return backend != "cpu"
 
 
 def _union(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -336,7 +338,7 @@ def attend_rotated(
     if n == 1:
         return _decode(query, keys, value, plan, q_start, scale)
     backend = kernels.backend_for(query, FORCE_PORTABLE)
-    compiled = plan.prefill(q_start, n, backend != "cpu")
+    compiled = plan.prefill(q_start, n, _takes_flash_tiles(backend))
     copy_of = plan.key_groups()[0]
     acc: tuple[torch.Tensor, torch.Tensor] | None = None
     segment, rotated, r0 = -1, query, 0

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from ..attention import kernels
 from ..errors import LampeEvalError
 from ..methods.base import Method, RopeBase
-from ..models import LoadedModel
+from ..models import LoadedModel, default_device
 from ..prompts import prompt_ids
 from ..settings import RunSettings
 from .base import (
@@ -258,7 +258,7 @@ def _on_cuda(settings: RunSettings) -> bool:
     """Whether the model will load on CUDA (asked for, placed by accelerate, or the default device)."""
     if settings.device_map or settings.device == "cuda":
         return True
-    return settings.device is None and torch.cuda.is_available()
+    return settings.device is None and default_device() == "cuda"
 
 
 def _version(distribution: str) -> str:
