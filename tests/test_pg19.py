@@ -222,13 +222,13 @@ def test_the_loss_follows_the_lm_head_to_its_device(monkeypatch):
 
 def test_one_chunk_of_logits_is_alive_at_a_time():
     """The loss holds one [chunk, vocab] fp32 logits block at a time (the previous one is freed before the
-    next is made): the allocator's peak stays under 1.25 blocks (two blocks before)."""
+    next is made): the peak is that block and its log-softmax, under 2.25 blocks (three before)."""
     from lampe_eval.attention.counts import peak_memory
 
     model = tiny_llama(window=256, vocab=8192)
     ids = torch.randint(0, 8192, (1, 4096), generator=torch.Generator().manual_seed(0))
     _, peak = peak_memory(chunked_nll_rows, model, ids, chunk=1024)
-    assert peak < 1.25 * 1024 * 8192 * 4
+    assert 2 * 1024 * 8192 * 4 <= peak < 2.25 * 1024 * 8192 * 4
 
 
 def test_chunked_loss_goes_through_the_method_patch():

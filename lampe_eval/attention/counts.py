@@ -72,15 +72,32 @@ def count(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, CountOps]:
 
 
 def peak_memory(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, int]:
-    """``fn(*args, **kwargs)`` under ``torch.profiler`` with ``profile_memory``: (its result, the peak of
-    the bytes its ops held at once on the CPU, above what was allocated before). Slow (every op is
-    recorded): for tests on small inputs and benchmarks."""
+    """``fn(*args, **kwargs)`` under ``torch.profiler`` with ``profile_memory``: (its result, the most CPU
+    bytes it held at once above what was allocated before). Read from the allocator's running total at each
+    allocation and free (an op's net memory would hide what its children held before it freed them).
+    Slow (every op is recorded): for tests on small inputs and benchmarks."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof, torch.no_grad():
         result = fn(*args, **kwargs)
-    live = peak = 0
-    for event in sorted(prof.events(), key=lambda e: e.time_range.start):
-        live += event.self_cpu_memory_usage
-        peak = max(peak, live)
-    return result, peak
+    nodes = sorted(_allocations(prof.profiler.kineto_results.experimental_event_tree()), key=_start)
+    events = [node.extra_fields for node in nodes if node.extra_fields.device.type == "cpu"]
+    if not events:
+        return result, 0
+    # the running total also counts what earlier profiled calls left allocated: start from the first event's
+    start = events[0].total_allocated - events[0].alloc_size
+    return result, max(event.total_allocated for event in events) - start
+
+
+def _allocations(nodes: Any) -> Any:
+    """The allocation and free records (with the allocator's running total) under profiler event nodes."""
+    from torch._C._profiler import _EventType
+
+    for node in nodes:
+        if node.tag == _EventType.Allocation:
+            yield node
+        yield from _allocations(node.children)
+
+
+def _start(node: Any) -> int:
+    return int(node.start_time_ns)
