@@ -314,6 +314,27 @@ def known_window(name: str) -> int | None:
         return None
 
 
+def known_config(name: str) -> Any:
+    """The model's config without loading weights or reaching the hub: the embedded model's (from its
+    de-quantised copy, else its GGUF file's header), a local directory's or GGUF file's, a hub id's from the
+    local cache; None when only loading would tell."""
+    from transformers import AutoConfig
+
+    source, _ = resolve_source(name)
+    try:
+        if source.startswith("embedded:"):
+            if (_embedded_cache() / "config.json").is_file():
+                return AutoConfig.from_pretrained(_embedded_cache(), trust_remote_code=False)
+            gguf = embedded_gguf_path()
+            return AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name, trust_remote_code=False)
+        if source.endswith(".gguf"):
+            path = Path(source)
+            return AutoConfig.from_pretrained(path.parent, gguf_file=path.name, trust_remote_code=False)
+        return AutoConfig.from_pretrained(source, local_files_only=True, trust_remote_code=False)
+    except Exception:  # noqa: BLE001 - not readable without the hub or without gguf: the load will say
+        return None
+
+
 def load_model(
     name: str = DEFAULT_MODEL,
     *,

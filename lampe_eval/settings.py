@@ -25,6 +25,9 @@ class RunSettings:
     device_map: str | None = None  # "auto": accelerate places the model over the worker's visible GPUs
     batch_size: int = 1  # requests the backend runs together (equal token counts: the same results)
     backend: str = DEFAULT_BACKEND  # the inference backend (lampe_eval.backends.BACKENDS)
+    # an engine that sizes its own KV cache (vLLM): its size in GiB, or the share of the GPU it may take
+    kv_cache_gib: float | None = None
+    gpu_memory_utilization: float | None = None
     ray: bool = False
     ray_address: str | None = None
     ray_init: Mapping[str, Any] | None = field(default=None, hash=False, compare=False)

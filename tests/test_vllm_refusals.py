@@ -114,7 +114,7 @@ def test_a_cache_too_small_for_one_sequence_is_one_line_before_the_engine_starts
     assert "\n" not in message and backend._llm is None
     # SmolLM2: 30 layers x 3 key heads x 64 x (2 copies + 1) x 4 bytes per token, 9,216 tokens
     assert "one sequence of 9216 tokens needs 0.59 GiB" in message and "2 key copies" in message
-    assert "the engine has 0.06 GiB: raise kv_cache_bytes" in message
+    assert "the engine has 0.06 GiB: raise --kv-cache-gib" in message
 
 
 def test_a_lampe_token_takes_three_halves_of_a_rope_token_and_the_docs_table_is_the_codes() -> None:
@@ -124,3 +124,43 @@ def test_a_lampe_token_takes_three_halves_of_a_rope_token_and_the_docs_table_is_
     assert kv_bytes_per_token(LLAMA_3_8B, 1) == 128 * 1024  # 32 layers x 8 key heads x 128 x 2 (K, V) x bf16
     docs = (Path(__file__).resolve().parents[1] / "docs" / "vllm.md").read_text()
     assert memory_table() in docs
+
+
+def test_a_kv_cache_too_small_for_one_sequence_is_refused_before_any_model_loads(
+    vllm_present: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lampe_eval import models
+
+    monkeypatch.setattr(models, "load_for_engine", lambda *a, **k: pytest.fail("a model loaded"))
+    code, output = run(
+        "--backend", "vllm", "--kv-cache-gib", "0.05", "--method", "lampe", "--bench", "pg19", "--len", "32k"
+    )
+    assert code == 2
+    line = one_error_line(output)
+    # SmolLM2: 30 layers x 3 key heads x 64 x (2 copies + 1) x 4 bytes per token (fp32 on CPU), 32,768 tokens
+    assert "one sequence needs 2.11 GiB of KV cache (2 key copies per token)" in line
+    assert "the engine has 0.05 GiB: raise --kv-cache-gib" in line
+
+
+def test_dry_run_says_how_many_sequences_fit_in_the_engine_cache(vllm_present: None) -> None:
+    flags = ["--backend", "vllm", "--kv-cache-gib", "8", "--method", "rope,lampe"]
+    code, output = run(*flags, "--bench", "pg19", "--len", "32k")
+    assert code == 0, output
+    # rope: 2 head dims per token (1.41 GiB a sequence), lampe: 3 (2.11 GiB)
+    assert "| rope | 32k: " in output and "; 5 sequence(s) fit in the engine's 8.00 GiB KV cache" in output
+    assert "; 3 sequence(s) fit in the engine's 8.00 GiB KV cache" in output
+
+
+@pytest.mark.parametrize(
+    ("flags", "words"),
+    [
+        (["--kv-cache-gib", "4"], "--kv-cache-gib sizes the vLLM engine's memory"),
+        (["--gpu-memory-utilization", "0.8"], "--gpu-memory-utilization sizes the vLLM engine's memory"),
+        (["--backend", "vllm", "--gpu-memory-utilization", "1.5"], "a share of the GPU in (0, 1], got 1.5"),
+        (["--backend", "vllm", "--kv-cache-gib", "0"], "--kv-cache-gib must be above 0"),
+    ],
+)
+def test_engine_memory_settings_are_checked(vllm_present: None, flags: list[str], words: str) -> None:
+    code, output = run(*flags, "--method", "rope", "--bench", "pg19", "--len", "2k")
+    assert code == 2
+    assert words in one_error_line(output)

@@ -50,9 +50,13 @@ class KeyBuffer:
         self.offset = 0  # row of ``data`` that holds key ``first``
 
     @staticmethod
+    def capacity(rows: int) -> int:
+        """Rows a buffer allocated for ``rows`` keys holds (the memory estimate counts them)."""
+        return rows + max(MIN_SPARE, rows // 8)
+
+    @staticmethod
     def _allocate(live: torch.Tensor, rows: int) -> torch.Tensor:
-        spare = max(MIN_SPARE, rows // 8)
-        data = live.new_empty((*live.shape[:2], rows + spare, live.shape[3]))
+        data = live.new_empty((*live.shape[:2], KeyBuffer.capacity(rows), live.shape[3]))
         data[:, :, : live.shape[2]] = live
         return data
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from ..errors import LampeEvalError, UnsupportedModelError
+from ..memory import MemoryEstimate
 from ..methods.base import Method, RopeBase
 from ..models import LoadedModel
 from ..registry import Registry
@@ -171,6 +172,20 @@ class BaseBackend(abc.ABC):
     def check_model(cls, name: str) -> None:
         """Raise one line for a model name this backend cannot load (called without loading it)."""
         return None  # default: any
+
+    @classmethod
+    def memory_estimate(
+        cls, model: str, method: Method, length: int, settings: RunSettings
+    ) -> MemoryEstimate | None:
+        """What ``settings.batch_size`` sequences of ``length`` tokens with ``method`` hold at their peak,
+        from the model's config alone (:mod:`lampe_eval.memory`); None when this backend cannot tell."""
+        return None  # default: unknown
+
+    @classmethod
+    def memory_refusal(cls, need: MemoryEstimate, loss_only: bool, settings: RunSettings) -> str | None:
+        """Why a job of this estimate cannot run with ``settings`` (the end of one line: what it needs,
+        what there is, what to change), or None (``loss_only``: the job only scores a loss pass)."""
+        return None  # default: not checked
 
     # ------------------------------------------------------------------------------ lifecycle
     @classmethod

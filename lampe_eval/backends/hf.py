@@ -19,8 +19,9 @@ import torch.nn.functional as F
 
 from ..attention import kernels
 from ..errors import LampeEvalError
+from ..memory import GIB, MemoryEstimate, device_memory, estimate, hf_key_rows
 from ..methods.base import Method, RopeBase
-from ..models import LoadedModel, default_device
+from ..models import LoadedModel, default_device, parse_dtype
 from ..prompts import prompt_ids
 from ..settings import RunSettings
 from .base import (
@@ -34,7 +35,7 @@ from .base import (
     TokenNLL,
 )
 from .hf_patch import PatchHandle, apply_method, attention_layers, new_cache
-from .rope_config import rope_base
+from .rope_config import model_shape, rope_base
 from .text import cut_at_stops, eos_ids, until_eos
 
 R = TypeVar("R", GenerationRequest, NLLRequest)
@@ -58,6 +59,15 @@ class HFBackend(BaseBackend):
     # ---------------------------------------------------------------------------------- setup
     @classmethod
     def check_settings(cls, settings: RunSettings) -> None:
+        engine = {
+            "--kv-cache-gib": settings.kv_cache_gib,
+            "--gpu-memory-utilization": settings.gpu_memory_utilization,
+        }
+        given = [flag for flag, value in engine.items() if value is not None]
+        if given:
+            raise LampeEvalError(
+                f"{'/'.join(given)} sizes the vLLM engine's memory: drop it or use --backend vllm"
+            )
         if settings.device_map not in (None, "auto"):
             raise LampeEvalError(
                 f"--device-map {settings.device_map!r}: only 'auto' (accelerate) is supported"
@@ -73,6 +83,36 @@ class HFBackend(BaseBackend):
                 "slower from 32K); --dtype bfloat16 runs it on FlashAttention",
                 settings.dtype,
             )
+
+    @classmethod
+    def memory_estimate(
+        cls, model: str, method: Method, length: int, settings: RunSettings
+    ) -> MemoryEstimate | None:
+        """The whole sequence in one forward pass; the cache keeps every key copy's reachable rows."""
+        shape_and_base = model_shape(model)
+        if shape_and_base is None:
+            return None
+        shape, base = shape_and_base
+        dtype = parse_dtype(settings.dtype, settings.device or default_device())
+        keys = hf_key_rows(method, base, length)
+        return estimate(shape, length, batch=settings.batch_size, dtype_bytes=dtype.itemsize, keys=keys)
+
+    @classmethod
+    def memory_refusal(cls, need: MemoryEstimate, loss_only: bool, settings: RunSettings) -> str | None:
+        """The peak against one worker's device: a GPU (or the GPUs accelerate spreads the model over), or
+        this machine's memory."""
+        device = "cuda" if settings.device_map else settings.device or default_device()
+        count = settings.gpus_per_worker
+        if settings.device_map and count == 1 and torch.cuda.is_available() and not settings.gpus:
+            count = torch.cuda.device_count()  # one worker: every visible GPU
+        size = device_memory(device, count)
+        if size is None or need.peak(loss_only) <= size:
+            return None
+        where = f"{count} x {device}" if count > 1 else device
+        return (
+            f"needs about {need.describe(loss_only)}; more than {where}'s {size / GIB:.2f} GiB: lower "
+            "--batch-size, use shorter --len or spread the model over more GPUs (--gpus-per-worker)"
+        )
 
     @classmethod
     def load(

@@ -3,10 +3,12 @@ a loaded Hugging Face model or, for an engine that loads its own weights, from i
 
 from __future__ import annotations
 
+import functools
 import importlib
 from typing import Any
 
 from ..errors import UnsupportedModelError
+from ..memory import ModelShape
 from ..methods.base import RopeBase
 
 
@@ -51,3 +53,17 @@ def _rope_base_of(rotary: Any, config: Any, window: int | None) -> RopeBase:
         head_dim=head_dim,
         config=config,
     )
+
+
+@functools.lru_cache(maxsize=16)
+def model_shape(model: str) -> tuple[ModelShape, RopeBase] | None:
+    """A model's shape and RoPE from its config, without loading it (None when only loading tells)."""
+    from ..models import known_config, known_window
+
+    config = known_config(model)
+    if config is None:
+        return None
+    try:
+        return ModelShape.from_config(model, config), rope_base_from_config(config, known_window(model))
+    except Exception:  # noqa: BLE001 - a config transformers cannot build here: the load will say
+        return None

@@ -15,6 +15,7 @@ worker, so nothing is announced per batch.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import json
 import os
@@ -26,8 +27,9 @@ from typing import Any
 import torch
 
 from ..errors import LampeEvalError
+from ..memory import GIB, KeyRows, MemoryEstimate, ModelShape, estimate, kv_bytes_per_token
 from ..methods.base import Method, RopeBase
-from ..models import LoadedModel
+from ..models import LoadedModel, default_device, parse_dtype
 from ..prompts import prompt_ids
 from ..settings import RunSettings
 from . import vllm_plugin
@@ -42,15 +44,15 @@ from .base import (
     TokenNLL,
 )
 from .plans import method_key_copies
-from .rope_config import rope_base_from_config
+from .rope_config import model_shape, rope_base_from_config
 from .text import cut_at_stops, eos_ids, until_eos
-from .vllm_sizing import GIB, ModelShape, kv_bytes_per_token
 
 KV_SPACE = "VLLM_CPU_KVCACHE_SPACE"  # vLLM's CPU KV cache, whole GiB
 DEFAULT_KV_CACHE_GIB = "4"  # VLLM_CPU_KVCACHE_SPACE when the user set none
 MIN_MODEL_LEN = 4096
 LENGTH_STEP = 256  # max_model_len granularity: a multiple of every platform's block size (16 CUDA, 128 CPU)
 WORKER_EXTENSION = "lampe_eval.backends.vllm_worker.LampeWorkerExtension"
+PREFILL_TOKENS = 16384  # tokens per engine step: the largest of vLLM's defaults for offline use
 
 
 def vllm_version() -> str | None:
@@ -61,6 +63,20 @@ def vllm_version() -> str | None:
         except importlib.metadata.PackageNotFoundError:
             continue
     return None
+
+
+def kv_budget(kv_cache_bytes: int | None, device: str) -> tuple[int, str] | None:
+    """The engine's KV cache set before it starts, and the setting that sets it: the bytes given
+    (``--kv-cache-gib``), else on CPUs ``VLLM_CPU_KVCACHE_SPACE``; None on a GPU (vLLM sizes it there)."""
+    if kv_cache_bytes is not None:
+        return kv_cache_bytes, "--kv-cache-gib"
+    if device == "cpu":
+        return int(os.environ.get(KV_SPACE) or DEFAULT_KV_CACHE_GIB) * GIB, f"{KV_SPACE} (whole GiB)"
+    return None
+
+
+def _kv_bytes(settings: RunSettings) -> int | None:
+    return int(settings.kv_cache_gib * GIB) if settings.kv_cache_gib is not None else None
 
 
 def check_vllm_installed() -> None:
@@ -85,11 +101,10 @@ class VLLMBackend(BaseBackend):
         dtype: str | None = None,
         max_batched_tokens: int | None = None,
         kv_cache_bytes: int | None = None,
+        gpu_memory_utilization: float | None = None,
     ) -> None:
         check_vllm_installed()
         super().__init__(lm, batch_size)
-        from ..models import default_device, parse_dtype
-
         self.device = default_device()
         # the Hugging Face backend's default: fp32 on CPU, bf16 on CUDA
         self.dtype = str(parse_dtype(dtype, self.device)).removeprefix("torch.")
@@ -97,6 +112,7 @@ class VLLMBackend(BaseBackend):
         self.config: Any = lm.extra["config"]
         self.max_batched_tokens = max_batched_tokens  # tokens per step (prefill chunks); None: vLLM's
         self.kv_cache_bytes = kv_cache_bytes  # the engine's KV cache; None: vLLM's sizing
+        self.gpu_memory_utilization = gpu_memory_utilization  # None: vLLM's default (0.9)
         self._llm: Any = None
         self._model_len = 0
         self._key_copies = 1  # what the running engine's cache holds
@@ -142,6 +158,45 @@ class VLLMBackend(BaseBackend):
             )
 
     @classmethod
+    def memory_estimate(
+        cls, model: str, method: Method, length: int, settings: RunSettings
+    ) -> MemoryEstimate | None:
+        """Every key copy kept for every token (the paged cache's spec), prefills chunked by vLLM (at most
+        :data:`PREFILL_TOKENS` per step), and the engine's KV cache when it is set before it starts."""
+        shape_and_base = model_shape(model)
+        if shape_and_base is None:
+            return None
+        shape, base = shape_and_base
+        dtype = parse_dtype(settings.dtype, settings.device or default_device())
+        copies = method_key_copies(method, base)
+        keys = KeyRows(copies * length, copies)
+        guess = estimate(
+            shape,
+            length,
+            batch=settings.batch_size,
+            dtype_bytes=dtype.itemsize,
+            keys=keys,
+            prefill_tokens=PREFILL_TOKENS,
+            logits_rows=PREFILL_TOKENS,  # prompt logprobs: a step's logits at once
+            loss_keeps_cache=True,
+        )
+        budget = kv_budget(_kv_bytes(settings), settings.device or default_device())
+        return dataclasses.replace(guess, kv_budget=budget[0]) if budget else guess
+
+    @classmethod
+    def memory_refusal(cls, need: MemoryEstimate, loss_only: bool, settings: RunSettings) -> str | None:
+        """One sequence's KV cache against the engine's, when it is set before the engine starts (a GPU's
+        is what vLLM leaves after loading and profiling: it says so itself)."""
+        budget = kv_budget(_kv_bytes(settings), settings.device or default_device())
+        one = need.kv_cache // max(1, need.batch)
+        if budget is None or one <= budget[0]:
+            return None
+        return (
+            f"one sequence needs {one / GIB:.2f} GiB of KV cache ({need.key_copies} key copies per token), "
+            f"the engine has {budget[0] / GIB:.2f} GiB: raise {budget[1]} or use shorter --len"
+        )
+
+    @classmethod
     def load(
         cls, model: str, settings: RunSettings, device: str | None, device_map: str | None
     ) -> LoadedModel:
@@ -152,7 +207,13 @@ class VLLMBackend(BaseBackend):
 
     @classmethod
     def create(cls, lm: LoadedModel, settings: RunSettings) -> VLLMBackend:
-        return cls(lm, batch_size=settings.batch_size, dtype=settings.dtype)
+        return cls(
+            lm,
+            batch_size=settings.batch_size,
+            dtype=settings.dtype,
+            kv_cache_bytes=_kv_bytes(settings),
+            gpu_memory_utilization=settings.gpu_memory_utilization,
+        )
 
     # ---------------------------------------------------------------------------------- engine
     def _engine(self, longest: int) -> Any:
@@ -202,6 +263,9 @@ class VLLMBackend(BaseBackend):
             max_model_len=model_len,
             max_num_batched_tokens=self.max_batched_tokens,
             kv_cache_memory_bytes=self.kv_cache_bytes,
+            **(
+                {"gpu_memory_utilization": self.gpu_memory_utilization} if self.gpu_memory_utilization else {}
+            ),
             max_num_seqs=self.batch_size,
             enforce_eager=True,
             enable_chunked_prefill=True,
@@ -216,17 +280,15 @@ class VLLMBackend(BaseBackend):
     def _check_room(self, model_len: int, copies: int) -> None:
         """One line, before the weights load, when the KV cache set for the engine (CPU: the bytes given, or
         ``VLLM_CPU_KVCACHE_SPACE``) cannot hold one sequence of ``model_len`` tokens."""
-        budget = self.kv_cache_bytes
-        if budget is None and self.device == "cpu":
-            budget = int(os.environ.get(KV_SPACE) or DEFAULT_KV_CACHE_GIB) * GIB
-        if budget is None:
+        found = kv_budget(self.kv_cache_bytes, self.device)
+        if found is None:
             return  # a GPU's: vLLM measures it after loading
+        budget, setting = found
         itemsize = torch.empty(0, dtype=getattr(torch, self.dtype)).element_size()
-        shape = ModelShape.from_config(self.source, self.config)
+        shape = ModelShape.from_config(self.source, self.config, parameters=0.0)  # the KV cache alone
         needed = kv_bytes_per_token(shape, copies, itemsize) * model_len
         if needed > budget:
             method = self._method.name if self._method is not None else "rope"
-            setting = f"{KV_SPACE} (whole GiB)" if self.kv_cache_bytes is None else "kv_cache_bytes"
             raise LampeEvalError(
                 f"vllm: one sequence of {model_len} tokens needs {needed / GIB:.2f} GiB of KV cache "
                 f"({method}: {copies} key copies per token), the engine has {budget / GIB:.2f} GiB: "

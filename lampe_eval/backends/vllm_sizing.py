@@ -8,33 +8,7 @@ table (docs/vllm.md) is printed by :func:`memory_table` and a test holds the two
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
-GIB = 1 << 30
-
-
-@dataclass(frozen=True)
-class ModelShape:
-    """What the KV cache of a decoder depends on."""
-
-    name: str
-    layers: int
-    key_heads: int
-    head_dim: int
-    parameters: float  # weights, for their memory (bf16: 2 bytes each)
-
-    @classmethod
-    def from_config(cls, name: str, config: Any, parameters: float = 0.0) -> ModelShape:
-        heads = int(config.num_attention_heads)
-        head_dim = getattr(config, "head_dim", None) or int(config.hidden_size) // heads
-        key_heads = int(getattr(config, "num_key_value_heads", None) or heads)
-        return cls(name, int(config.num_hidden_layers), key_heads, int(head_dim), parameters)
-
-
-def kv_bytes_per_token(shape: ModelShape, copies: int, dtype_bytes: int = 2) -> int:
-    """Bytes of vLLM's cache one token takes with ``copies`` rotated key copies (1: plain RoPE)."""
-    return shape.layers * shape.key_heads * shape.head_dim * (copies + 1) * dtype_bytes
+from ..memory import GIB, LLAMA_3_8B, QWEN2_7B, ModelShape, kv_bytes_per_token
 
 
 def sequences_that_fit(
@@ -48,11 +22,6 @@ def kv_budget(gpu_bytes: int, shape: ModelShape, utilization: float = 0.9, activ
     """The KV cache vLLM leaves on a GPU of ``gpu_bytes``: ``utilization`` of it less the bf16 weights and
     an activation peak (``activations``: an estimate; vLLM measures it by a profile run)."""
     return max(0, int(gpu_bytes * utilization) - int(shape.parameters * 2) - activations)
-
-
-# the shapes of the docs' table (their config.json: layers, key heads, head dim; parameters)
-LLAMA_3_8B = ModelShape("Llama-3-8B", 32, 8, 128, 8.03e9)
-QWEN2_7B = ModelShape("Qwen2-7B", 28, 4, 128, 7.62e9)
 
 
 ONE_COPY = "rope, frequency methods, DCA, STRING, StreamingLLM, Ms-PoE, dynamic NTK"

@@ -169,6 +169,8 @@ class Benchmark(ABC):
     # length (the longest tested length whose benchmark score, the mean over tasks, passes it); None: none
     effective_length_threshold: ClassVar[float | None] = None
     truncation: ClassVar[str] = ""  # where an over-long input is cut (``show-prompt`` says it)
+    # every request is a loss pass (NLLRequest): no KV cache is kept, which the memory estimate uses
+    loss_only: ClassVar[bool] = False
 
     # ------------------------------------------------------------------------------------- tasks
     @abstractmethod

@@ -202,6 +202,7 @@ def _ppl(nll: float) -> float:
 @BENCHMARKS.register("pg19")
 class PG19(Benchmark):
     summary = "perplexity of book passages cut to exactly the length (PG-19; offline: 66 public-domain books)"
+    loss_only = True
     metrics = (
         PPL,
         PPL_LAST_QUARTER,

@@ -82,6 +82,12 @@ def run_command(
         help="Inference backend: {backends} (default hf; vllm needs pip install vllm), or one an --import "
         "module registers (docs/backends.md).",
     ),
+    kv_cache_gib: float | None = typer.Option(
+        None, "--kv-cache-gib", help="vLLM: the engine's KV cache in GiB (default: vLLM sizes it)."
+    ),
+    gpu_memory_utilization: float | None = typer.Option(
+        None, "--gpu-memory-utilization", help="vLLM: the share of the GPU the engine may take (vLLM's 0.9)."
+    ),
     ray: bool = typer.Option(False, "--ray", help="Run the workers as Ray actors (one per GPU)."),
     ray_address: str | None = typer.Option(
         None, "--ray-address", help="Ray cluster to join (auto, ray://host:10001); implies --ray."
@@ -122,6 +128,8 @@ def run_command(
             gpus_per_worker=gpus_per_worker,
             device_map=device_map,
             batch_size=batch_size,
+            kv_cache_gib=kv_cache_gib,
+            gpu_memory_utilization=gpu_memory_utilization,
             ray=ray,
             ray_address=ray_address,
         )
@@ -129,6 +137,7 @@ def run_command(
         if dry_run:
             for job in exp.jobs:
                 print_line(f"  {job.describe()}  [{job.key()}]")
+            say_memory(exp)
             return
         result = _run_jobs(exp, store, progress)
     except LampeEvalError as err:
@@ -136,6 +145,15 @@ def run_command(
     show_results(exp.jobs, result.summaries)
     console.print(f"{result.computed} new sample(s), {result.skipped} resumed -> {store.path}")
     say_failures(result.failures)
+
+
+def say_memory(exp: Experiment) -> None:
+    """The memory estimate of each (model, method, length), one line each."""
+    if exp.memory:
+        batch = f", batch of {exp.settings.batch_size}" if exp.settings.batch_size > 1 else ""
+        print_line(f"memory at the peak ({exp.settings.backend}{batch}, estimated from the configs):")
+    for need in exp.memory:
+        print_line(f"  {need.model} | {need.method} | {format_length(need.length)}: {need.describe()}")
 
 
 def _spec(

@@ -43,6 +43,7 @@ from ..errors import LampeEvalError, clip, suggestion
 from ..lengths import parse_lengths
 from ..settings import RunSettings as RunSettings  # its home is below the runner and the backends
 from .jobs import Job, dedupe, expand_grid
+from .memory_check import MemoryNeed, check_memory, memory_needs
 
 GRID_KEYS = ("models", "methods", "benchmarks", "lengths")
 TOP_KEYS = (
@@ -69,6 +70,11 @@ def check_settings(settings: RunSettings) -> None:
     ):
         if value < 1:
             raise LampeEvalError(f"{name} must be at least 1, got {value}")
+    if settings.kv_cache_gib is not None and not settings.kv_cache_gib > 0:
+        raise LampeEvalError(f"--kv-cache-gib must be above 0, got {settings.kv_cache_gib}")
+    utilization = settings.gpu_memory_utilization
+    if utilization is not None and not 0 < utilization <= 1:
+        raise LampeEvalError(f"--gpu-memory-utilization is a share of the GPU in (0, 1], got {utilization}")
     from ..backends import BACKENDS, Placement
 
     if settings.backend not in BACKENDS:
@@ -112,6 +118,8 @@ class Experiment:
     settings: RunSettings = RunSettings()
     # job key -> one-line warning found before any model loaded (positions past the window)
     warnings: dict[str, str] = field(default_factory=dict)
+    # the backend's memory estimate per (model, method, length), checked against the device's memory
+    memory: list[MemoryNeed] = field(default_factory=list)
 
     @classmethod
     def from_jobs(
@@ -226,6 +234,8 @@ class ExperimentSpec:
             )
         jobs = dedupe(jobs)
         warnings = check_jobs(jobs, known_windows=settings.load is None)
+        memory = memory_needs(jobs, settings) if settings.load is None else []
+        check_memory(memory, settings)
         return Experiment(
             name=self.name,
             jobs=jobs,
@@ -237,6 +247,7 @@ class ExperimentSpec:
             data_dir=data_dir,
             settings=settings,
             warnings=warnings,
+            memory=memory,
         )
 
 

@@ -78,9 +78,13 @@ class Job:
         """What a worker keeps loaded: (model, method, params)."""
         return (self.model, self.method, json.dumps(self.method_params, sort_keys=True, default=str))
 
-    def describe(self) -> str:
+    def describe_method(self) -> str:
+        """The method with its parameters: ``name(key=value,...)``."""
         params = ",".join(f"{k}={v}" for k, v in sorted(self.method_params.items()))
-        method = f"{self.method}({params})" if params else self.method
+        return f"{self.method}({params})" if params else self.method
+
+    def describe(self) -> str:
+        method = self.describe_method()
         text = f"{self.model} | {method} | {self.benchmark}/{self.task} | {format_length(self.length)}"
         settings = [f"{k}={v}" for k, v in sorted(self.identity_options().items())]
         if self.data_dir:
