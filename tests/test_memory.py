@@ -144,3 +144,14 @@ def test_docs_table_is_what_the_code_prints():
     docs = (Path(__file__).resolve().parents[1] / "docs" / "memory.md").read_text()
     assert estimate_table() in docs
     assert "| Llama-3-8B | lampe | 128K | 2 |" in estimate_table()
+
+
+def test_the_refusal_holds_the_estimate_against_the_worker_device(monkeypatch):
+    import lampe_eval.backends.hf as hf
+    from lampe_eval.settings import RunSettings
+
+    need = estimate(ModelShape("m", 2, 2, 64, 1e6, vocab=100), 1 << 20, dtype_bytes=4)
+    monkeypatch.setattr(hf, "device_memory", lambda device, count=1: need.total - 1)
+    assert "needs about" in hf.HFBackend.memory_refusal(need, False, RunSettings(device="cpu"))
+    assert hf.HFBackend.memory_refusal(need, True, RunSettings(device="cpu")) is None  # a loss pass fits
+    assert hf.HFBackend.memory_refusal(need, False, RunSettings(ray=True)) is None  # devices elsewhere

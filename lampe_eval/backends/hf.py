@@ -100,7 +100,9 @@ class HFBackend(BaseBackend):
     @classmethod
     def memory_refusal(cls, need: MemoryEstimate, loss_only: bool, settings: RunSettings) -> str | None:
         """The peak against one worker's device: a GPU (or the GPUs accelerate spreads the model over), or
-        this machine's memory."""
+        this machine's memory. Ray's workers run on machines this process does not see: not checked."""
+        if settings.ray or settings.ray_address:
+            return None
         device = "cuda" if settings.device_map else settings.device or default_device()
         count = settings.gpus_per_worker
         if settings.device_map and count == 1 and torch.cuda.is_available() and not settings.gpus:
