@@ -28,6 +28,8 @@ class RunSettings:
     # an engine that sizes its own KV cache (vLLM): its size in GiB, or the share of the GPU it may take
     kv_cache_gib: float | None = None
     gpu_memory_utilization: float | None = None
+    # where such an engine writes its own log lines (``run``: OUT/engine.log); None: its default (stderr)
+    engine_log: str | None = None
     ray: bool = False
     ray_address: str | None = None
     ray_init: Mapping[str, Any] | None = field(default=None, hash=False, compare=False)

@@ -202,6 +202,9 @@ def test_run_with_the_vllm_backend_writes_the_hf_backends_records(
         result = CliRunner().invoke(app, [*args, "--backend", backend, "--out", str(out), "--no-progress"])
         assert result.exit_code == 0, result.output
         records[backend] = _records(out)
+    # vLLM's own log lines, its engine process's included, went to the results directory
+    log = (tmp_path / "vllm" / "engine.log").read_text()
+    assert " INFO " in log and "vllm.v1.engine.core" in log and "Loading safetensors" in log, log[:2000]
     hf_rows, vllm_rows = records["hf"], records["vllm"]
     assert len(hf_rows) == len(vllm_rows) == 1
     for a, b in zip(hf_rows, vllm_rows, strict=True):

@@ -164,3 +164,28 @@ def test_engine_memory_settings_are_checked(vllm_present: None, flags: list[str]
     code, output = run(*flags, "--method", "rope", "--bench", "pg19", "--len", "2k")
     assert code == 2
     assert words in one_error_line(output)
+
+
+def test_output_to_sends_this_process_and_the_processes_it_starts_to_the_log(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """vLLM's engine processes start inside ``output_to``: they keep the log as their stdout and stderr."""
+    import os
+    import subprocess
+    import sys
+
+    log = tmp_path / "engine.log"
+    child = "import sys; print('a child says'); print('a child warns', file=sys.stderr)"
+    with vllm_backend.output_to(str(log)):
+        os.write(1, b"native code says\n")  # (pytest's capture replaces sys.stdout, not the descriptor)
+        os.write(2, b"native code warns\n")
+        subprocess.run([sys.executable, "-c", child], check=True)
+    print("lampe-eval says")
+    text = log.read_text()
+    assert all(
+        line in text for line in ("native code says", "native code warns", "a child says", "a child warns")
+    )
+    out, err = capfd.readouterr()
+    assert (
+        "lampe-eval says" in out and "says" not in out.replace("lampe-eval says", "") and "warns" not in err
+    )

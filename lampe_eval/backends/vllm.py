@@ -75,6 +75,58 @@ def kv_budget(kv_cache_bytes: int | None, device: str) -> tuple[int, str] | None
     return None
 
 
+def log_to_file(log_file: str) -> str:
+    """Send vLLM's log lines (every level from INFO, every process of the engine) to ``log_file``, not to
+    the terminal: a logging configuration that vLLM's processes read at import
+    (``VLLM_LOGGING_CONFIG_PATH``), applied here too when this process imported vLLM already. Returns the
+    configuration's file, to delete once the engine started."""
+    import logging.config
+    import sys
+    import tempfile
+
+    config = {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(process)d %(name)s: %(message)s"}},
+        "handlers": {"file": {"class": "logging.FileHandler", "filename": log_file, "formatter": "plain"}},
+        "loggers": {"vllm": {"handlers": ["file"], "level": "INFO", "propagate": False}},
+    }
+    os.makedirs(os.path.dirname(os.path.abspath(log_file)), exist_ok=True)
+    handle, path = tempfile.mkstemp(prefix="lampe-eval-vllm-logging-", suffix=".json")
+    with os.fdopen(handle, "w", encoding="utf-8") as file:
+        json.dump(config, file)
+    os.environ["VLLM_LOGGING_CONFIG_PATH"] = path
+    if "vllm" in sys.modules:
+        logging.config.dictConfig(config)
+    return path
+
+
+@contextmanager
+def output_to(log_file: str | None) -> Iterator[None]:
+    """While the engine starts, this process's standard output and error are ``log_file`` (appended), so
+    the processes vLLM spawns then keep it as theirs: their prints, progress bars and native warnings go
+    there, not between lampe-eval's lines. Restored on exit (nothing changes for ``None``)."""
+    if log_file is None:
+        yield
+        return
+    import sys
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with open(log_file, "ab") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, copy in zip((1, 2), saved, strict=True):
+            os.dup2(copy, fd)
+            os.close(copy)
+
+
 def _kv_bytes(settings: RunSettings) -> int | None:
     return int(settings.kv_cache_gib * GIB) if settings.kv_cache_gib is not None else None
 
@@ -102,6 +154,7 @@ class VLLMBackend(BaseBackend):
         max_batched_tokens: int | None = None,
         kv_cache_bytes: int | None = None,
         gpu_memory_utilization: float | None = None,
+        log_file: str | None = None,
     ) -> None:
         check_vllm_installed()
         super().__init__(lm, batch_size)
@@ -113,6 +166,7 @@ class VLLMBackend(BaseBackend):
         self.max_batched_tokens = max_batched_tokens  # tokens per step (prefill chunks); None: vLLM's
         self.kv_cache_bytes = kv_cache_bytes  # the engine's KV cache; None: vLLM's sizing
         self.gpu_memory_utilization = gpu_memory_utilization  # None: vLLM's default (0.9)
+        self.log_file = log_file  # vLLM's log lines, every process's (None: its own, on stderr)
         self._llm: Any = None
         self._model_len = 0
         self._key_copies = 1  # what the running engine's cache holds
@@ -177,7 +231,7 @@ class VLLMBackend(BaseBackend):
             dtype_bytes=dtype.itemsize,
             keys=keys,
             prefill_tokens=PREFILL_TOKENS,
-            logits_rows=PREFILL_TOKENS,  # prompt logprobs: a step's logits at once
+            logits_rows=length,  # prompt logprobs: the prompt's L x vocab logits at once (docs/vllm.md)
             loss_keeps_cache=True,
         )
         budget = kv_budget(_kv_bytes(settings), settings.device or default_device())
@@ -213,6 +267,7 @@ class VLLMBackend(BaseBackend):
             dtype=settings.dtype,
             kv_cache_bytes=_kv_bytes(settings),
             gpu_memory_utilization=settings.gpu_memory_utilization,
+            log_file=settings.engine_log,
         )
 
     # ---------------------------------------------------------------------------------- engine
@@ -237,15 +292,22 @@ class VLLMBackend(BaseBackend):
         os.environ[vllm_plugin.KEY_COPIES] = str(copies)  # the cache spec the engine's layers declare
         # the worker reads each row's request from the V1 model runner's structures (vllm_attention.py)
         os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "0"
-        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # its info lines: VLLM_LOGGING_LEVEL=INFO
+        logging_config = log_to_file(self.log_file) if self.log_file else None
+        if logging_config is None:
+            os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # its info lines: VLLM_LOGGING_LEVEL=INFO
         try:
-            self._llm = self._start(model_len)
-        except Exception as error:  # vLLM's engine core says why in its log, above
+            with output_to(self.log_file):
+                self._llm = self._start(model_len)
+        except Exception as error:  # vLLM's engine core says why in its log
             first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            where = f"its log, {self.log_file}," if self.log_file else "vLLM's log above"
             raise LampeEvalError(
-                f"vllm: the engine did not start ({type(error).__name__}: {first}); vLLM's log above says why"
+                f"vllm: the engine did not start ({type(error).__name__}: {first}); {where} says why"
             ) from error
         finally:
+            if logging_config is not None:  # read by the engine's processes as they started: done
+                os.environ.pop("VLLM_LOGGING_CONFIG_PATH", None)
+                os.unlink(logging_config)
             if self.kv_cache_bytes is not None and kept is not None:
                 os.environ[KV_SPACE] = kept  # the user's setting, for the engines started later
         self._model_len, self._key_copies = model_len, copies
@@ -400,10 +462,10 @@ class VLLMBackend(BaseBackend):
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
         """Every request in one ``LLM.generate`` call: each sequence's plan follows its own prompt length
         and ``max_tokens`` in the worker."""
-        from vllm import SamplingParams
-
         ids = [self._ids(r) for r in requests]
         llm = self._engine(max(r.total_length(len(i)) for r, i in zip(requests, ids, strict=True)))
+        from vllm import SamplingParams  # after the engine: vLLM's import prints go to its log
+
         params = [
             SamplingParams(
                 temperature=0.0,
@@ -443,10 +505,10 @@ class VLLMBackend(BaseBackend):
 
     def prompt_logprobs(self, input_ids: Sequence[int]) -> list[float]:
         """The log-probability of each token of ``input_ids`` after the first, given those before it."""
-        from vllm import SamplingParams
-
         ids = list(input_ids)
         llm = self._engine(len(ids) + 1)
+        from vllm import SamplingParams  # after the engine: vLLM's import prints go to its log
+
         params = SamplingParams(
             temperature=0.0,
             max_tokens=1,

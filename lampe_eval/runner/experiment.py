@@ -60,6 +60,7 @@ TOP_KEYS = (
     *GRID_KEYS,
 )
 DEFAULT_MODEL = "smollm2-135m"
+ENGINE_LOG = "engine.log"  # in the results directory: an engine's own log lines (vLLM's)
 
 
 def check_settings(settings: RunSettings) -> None:
@@ -208,6 +209,11 @@ class ExperimentSpec:
         settings = settings or RunSettings()
         if self.backend is not None:
             settings = dataclasses.replace(settings, backend=self.backend)
+        out = self.out or default_out(self.name)
+        if (
+            settings.engine_log is None
+        ):  # an engine's own log lines go beside the records, not to the terminal
+            settings = dataclasses.replace(settings, engine_log=os.path.join(out, ENGINE_LOG))
         import_plugins(self.imports)  # first: they may register the backend
         check_settings(settings)
         data_dir = os.path.abspath(os.path.expanduser(self.data_dir)) if self.data_dir else None
@@ -239,7 +245,7 @@ class ExperimentSpec:
         return Experiment(
             name=self.name,
             jobs=jobs,
-            out=self.out or default_out(self.name),
+            out=out,
             limit=self.limit,
             seed=self.seed,
             options=_typed_options(self.options, jobs),
