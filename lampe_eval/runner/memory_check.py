@@ -4,6 +4,7 @@ error after the weights loaded. ``run --dry-run`` prints the same estimates."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -12,6 +13,8 @@ from ..lengths import format_length
 from ..memory import MemoryEstimate
 from ..settings import RunSettings
 from .jobs import Job
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -47,7 +50,11 @@ def memory_needs(jobs: Sequence[Job], settings: RunSettings) -> list[MemoryNeed]
             continue
         job = members[0]
         method = resolve_method(job.method, window, length, params=job.method_params, configs=False).method
-        found = backend.memory_estimate(model, method, length, settings)
+        try:
+            found = backend.memory_estimate(model, method, length, settings)
+        except Exception as error:  # noqa: BLE001 - e.g. a plug-in method that plans on the real model only
+            log.debug("no memory estimate for %s %s at %s: %s", model, label, length, error)
+            continue
         if found is None:
             continue
         loss_only = all(getattr(benchmark_class(j.benchmark), "loss_only", False) for j in members)
