@@ -60,7 +60,7 @@ TOP_KEYS = (
     *GRID_KEYS,
 )
 DEFAULT_MODEL = "smollm2-135m"
-ENGINE_LOG = "engine.log"  # in the results directory: an engine's own log lines (vLLM's)
+ENGINE_LOG = "engine.log"  # in the results directory: the log lines of an engine that logs on its own
 
 
 def check_settings(settings: RunSettings) -> None:
