@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "lampe_eval"
 FLOORS: list[tuple[str, ...]] = [
     ("errors", "prompts", "registry", "fileio", "lengths", "options", "resources", "data", "settings"),
     ("records", "attention", "models", "method_configs"),
-    ("methods",),
+    ("methods", "memory"),
     ("backends",),
     ("benchmarks",),
     ("integrations",),
