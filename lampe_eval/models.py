@@ -305,12 +305,10 @@ def known_window(name: str) -> int | None:
         return preset.pretraining_window
     if source.endswith(".gguf"):
         return None
+    config = known_config(name)
     try:
-        from transformers import AutoConfig
-
-        config = AutoConfig.from_pretrained(source, local_files_only=True, trust_remote_code=False)
-        return window_from_config(config)
-    except Exception:  # noqa: BLE001 - not readable without the hub, or not a model: the load will say
+        return window_from_config(config) if config is not None else None
+    except Exception:  # noqa: BLE001 - not a model's config: the load will say
         return None
 
 

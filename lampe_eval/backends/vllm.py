@@ -65,7 +65,7 @@ def vllm_version() -> str | None:
     return None
 
 
-def kv_budget(kv_cache_bytes: int | None, device: str) -> tuple[int, str] | None:
+def preset_kv_cache(kv_cache_bytes: int | None, device: str) -> tuple[int, str] | None:
     """The engine's KV cache set before it starts, and the setting that sets it: the bytes given
     (``--kv-cache-gib``), else on CPUs ``VLLM_CPU_KVCACHE_SPACE``; None on a GPU (vLLM sizes it there)."""
     if kv_cache_bytes is not None:
@@ -73,6 +73,14 @@ def kv_budget(kv_cache_bytes: int | None, device: str) -> tuple[int, str] | None
     if device == "cpu":
         return int(os.environ.get(KV_SPACE) or DEFAULT_KV_CACHE_GIB) * GIB, f"{KV_SPACE} (whole GiB)"
     return None
+
+
+def cache_too_small(what: str, needed: int, copies: str, budget: int, setting: str) -> str:
+    """The refusal of an engine KV cache too small for one sequence (before loading, and at engine start)."""
+    return (
+        f"{what} needs {needed / GIB:.2f} GiB of KV cache ({copies}), the engine has {budget / GIB:.2f} GiB: "
+        f"raise {setting} or use shorter --len"
+    )
 
 
 def log_to_file(log_file: str) -> str:
@@ -234,21 +242,18 @@ class VLLMBackend(BaseBackend):
             logits_rows=length,  # prompt logprobs: the prompt's L x vocab logits at once (docs/vllm.md)
             loss_keeps_cache=True,
         )
-        budget = kv_budget(_kv_bytes(settings), settings.device or default_device())
+        budget = preset_kv_cache(_kv_bytes(settings), settings.device or default_device())
         return dataclasses.replace(guess, kv_budget=budget[0]) if budget else guess
 
     @classmethod
     def memory_refusal(cls, need: MemoryEstimate, loss_only: bool, settings: RunSettings) -> str | None:
         """One sequence's KV cache against the engine's, when it is set before the engine starts (a GPU's
         is what vLLM leaves after loading and profiling: it says so itself)."""
-        budget = kv_budget(_kv_bytes(settings), settings.device or default_device())
+        budget = preset_kv_cache(_kv_bytes(settings), settings.device or default_device())
         one = need.kv_cache // max(1, need.batch)
         if budget is None or one <= budget[0]:
             return None
-        return (
-            f"one sequence needs {one / GIB:.2f} GiB of KV cache ({need.key_copies} key copies per token), "
-            f"the engine has {budget[0] / GIB:.2f} GiB: raise {budget[1]} or use shorter --len"
-        )
+        return cache_too_small("one sequence", one, f"{need.key_copies} key copies per token", *budget)
 
     @classmethod
     def load(
@@ -342,7 +347,7 @@ class VLLMBackend(BaseBackend):
     def _check_room(self, model_len: int, copies: int) -> None:
         """One line, before the weights load, when the KV cache set for the engine (CPU: the bytes given, or
         ``VLLM_CPU_KVCACHE_SPACE``) cannot hold one sequence of ``model_len`` tokens."""
-        found = kv_budget(self.kv_cache_bytes, self.device)
+        found = preset_kv_cache(self.kv_cache_bytes, self.device)
         if found is None:
             return  # a GPU's: vLLM measures it after loading
         budget, setting = found
@@ -351,11 +356,11 @@ class VLLMBackend(BaseBackend):
         needed = kv_bytes_per_token(shape, copies, itemsize) * model_len
         if needed > budget:
             method = self._method.name if self._method is not None else "rope"
-            raise LampeEvalError(
-                f"vllm: one sequence of {model_len} tokens needs {needed / GIB:.2f} GiB of KV cache "
-                f"({method}: {copies} key copies per token), the engine has {budget / GIB:.2f} GiB: "
-                f"raise {setting} or use shorter --len"
+            what, copies_said = (
+                f"one sequence of {model_len} tokens",
+                f"{method}: {copies} key copies per token",
             )
+            raise LampeEvalError("vllm: " + cache_too_small(what, needed, copies_said, budget, setting))
 
     def _method_key_copies(self) -> int:
         """Rotated key copies per token the engine needs: the installed method's (without one, the running

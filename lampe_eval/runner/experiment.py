@@ -210,9 +210,8 @@ class ExperimentSpec:
         if self.backend is not None:
             settings = dataclasses.replace(settings, backend=self.backend)
         out = self.out or default_out(self.name)
-        if (
-            settings.engine_log is None
-        ):  # an engine's own log lines go beside the records, not to the terminal
+        # an engine's own log lines go beside the records, not to the terminal
+        if settings.engine_log is None:
             settings = dataclasses.replace(settings, engine_log=os.path.join(out, ENGINE_LOG))
         import_plugins(self.imports)  # first: they may register the backend
         check_settings(settings)
