@@ -7,33 +7,44 @@
     length, against the unpatched model (equal within bf16 rounding);
 (c) prefill and one decode step of every method against plain FlashAttention (the same kernel, one
     causal call) at 32K and 128K with an 8B-shaped layer (32 query / 8 KV heads, head_dim 128);
-(d) peak GPU memory of each prefill above its inputs.
+(d) peak GPU memory of each prefill above its inputs;
+(e) a whole random model (``--model-layers`` Llama-3-8B-shaped layers, the full vocabulary) through the
+    Hugging Face backend's ``generate`` and its PG-19 loss pass, at the (c) lengths: prefill time and decode
+    ms/token against plain RoPE, and the peak memory above the weights against ``lampe_eval/memory.py``'s
+    estimate (what ``--dry-run`` prints and what refuses a run that cannot fit).
 
 It prints one table and exits 1 when (a) or (b) fails. Without CUDA it says so, runs (a) and (b) on
 CPU (smaller shapes, fp32) and exits 0 when they pass.
 
     python benchmarks/gpu_check.py [--lengths 32k,128k] [--check-length 4096] [--repeats 3]
+                                   [--model-layers 4] [--model-methods rope,lampe,...]
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import torch
 
 from lampe_eval.attention import engine, kernels, segmented_attention
-from lampe_eval.attention.counts import count
+from lampe_eval.attention.counts import count, peak_memory
 from lampe_eval.attention.engine import attend_rotated
 from lampe_eval.attention.reference import oracle_attention
 from lampe_eval.attention.rope import apply_rope
+from lampe_eval.backends.hf import HFBackend, chunked_nll_rows
 from lampe_eval.backends.hf_patch import apply_method
 from lampe_eval.lengths import parse_length
+from lampe_eval.memory import GIB
 from lampe_eval.methods import METHODS, RopeBase, create_method
-from lampe_eval.models import tiny_llama
+from lampe_eval.methods.resolve import resolve_method
+from lampe_eval.models import LoadedModel, tiny_llama
+from lampe_eval.settings import RunSettings
 
 # the official 8B shape (Llama-3-8B): 32 query heads, 8 KV heads, head_dim 128, 8K window
 HQ, HKV, DIM, WINDOW = 32, 8, 128, 8192
@@ -272,6 +283,148 @@ def profile_prefill(name: str, length: int, rows: int = 12) -> None:
     print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=rows))
 
 
+# ------------------------------------------------------------------------------------------------ (e)
+MODEL_METHODS = "rope,lampe,selfextend,dca,rerope,string,yarn"
+ESTIMATE_TOLERANCE = 0.15  # the estimate may sit this far below the measured peak before the check warns
+
+
+@dataclass(frozen=True)
+class ModelShapeArgs:
+    """The random model of (e): Llama-3-8B's layer, vocabulary and RoPE, fewer layers."""
+
+    layers: int = 4
+    heads: int = HQ
+    kv_heads: int = HKV
+    dim: int = DIM
+    intermediate: int = 14336
+    vocab: int = 128256
+    window: int = WINDOW
+
+
+def random_model(shape: ModelShapeArgs, device: str, dtype: torch.dtype, where: str) -> LoadedModel:
+    """A random Llama of ``shape`` on ``device``, its config saved in ``where`` (the directory is the model's
+    name: the estimate reads its config there, as for any local model)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.for_model(
+        "llama",
+        vocab_size=shape.vocab,
+        hidden_size=shape.heads * shape.dim,
+        intermediate_size=shape.intermediate,
+        num_hidden_layers=shape.layers,
+        num_attention_heads=shape.heads,
+        num_key_value_heads=shape.kv_heads,
+        head_dim=shape.dim,
+        max_position_embeddings=shape.window,
+        rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+        tie_word_embeddings=False,
+    )
+    config.save_pretrained(where)
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    model.config._attn_implementation = "sdpa"
+    tokenizer = SimpleNamespace(pad_token_id=0, eos_token_id=0)  # ids only: nothing is decoded to text
+    return LoadedModel(where, model.eval(), tokenizer, shape.window, chat_template=False)
+
+
+def held(fn: Callable[[], object], device: str) -> tuple[object, int]:
+    """``fn()`` and the most bytes it held at once above what was allocated before it."""
+    if device != "cuda":
+        return peak_memory(fn)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    result = fn()
+    torch.cuda.synchronize()
+    return result, torch.cuda.max_memory_allocated() - before
+
+
+class TokenClock:
+    """A ``generate`` streamer: the time of each new token (the first ``put`` is the prompt; each later one
+    comes after the token reached the host, so no extra synchronisation is needed)."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self.prompt_seen = False
+
+    def put(self, value: torch.Tensor) -> None:
+        if self.prompt_seen:
+            self.times.append(time.perf_counter())
+        self.prompt_seen = True
+
+    def end(self) -> None:
+        pass
+
+
+@torch.no_grad()
+def measure_model(
+    rows: dict[str, Row],
+    length: int,
+    methods: list[str],
+    *,
+    shape: ModelShapeArgs = ModelShapeArgs(),
+    new_tokens: int = 16,
+    repeats: int = 2,
+    device: str = "cuda",
+) -> list[str]:
+    """(e) at one length: generation (prompt of ``length - new_tokens``, greedy, best of ``repeats``) and a
+    loss pass over ``length`` tokens per method. Returns warnings: an estimate more than
+    ``ESTIMATE_TOLERANCE`` below the measured peak (a run the refusal lets through could run out)."""
+    label = f"{length // 1024}K" if length >= 1024 else str(length)
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    settings = RunSettings(device=device, dtype=str(dtype).removeprefix("torch."))
+    warnings = []
+    with tempfile.TemporaryDirectory() as where:
+        lm = random_model(shape, device, dtype, where)
+        backend = HFBackend(lm)
+        ids = torch.randint(100, shape.vocab, (1, length), generator=torch.Generator().manual_seed(2))
+        ids = ids.to(device)
+        reference: dict[str, float] = {}
+        for name in methods:
+            method = resolve_method(name, shape.window, length).method
+            guess = HFBackend.memory_estimate(where, method, length, settings)
+            assert guess is not None, "the random model's config is readable: an estimate exists"
+            prefill_s, decode_s, generation = float("inf"), float("inf"), 0
+            prompt = ids[:, : length - new_tokens]
+            with backend.install(method):
+                for _ in range(repeats):
+                    clock = TokenClock()
+                    start = time.perf_counter()
+                    _, used = held(
+                        lambda clock=clock: backend.generate_ids(
+                            prompt, length, new_tokens, new_tokens, set(), streamer=clock
+                        ),
+                        device,
+                    )
+                    prefill_s = min(prefill_s, clock.times[0] - start)
+                    decode_s = min(decode_s, (clock.times[-1] - clock.times[0]) / (len(clock.times) - 1))
+                    generation = max(generation, used)
+                _, loss = held(lambda: chunked_nll_rows(lm.model, ids, chunk=1024), device)
+            reference.setdefault("prefill", prefill_s)
+            reference.setdefault("decode", decode_s)
+            row = rows.setdefault(name, Row(name))
+            row.cells[f"prefill {label} s (x rope)"] = (
+                f"{prefill_s:.2f} ({prefill_s / reference['prefill']:.2f}x)"
+            )
+            row.cells[f"decode {label} ms (x rope)"] = (
+                f"{decode_s * 1e3:.1f} ({decode_s / reference['decode']:.2f}x)"
+            )
+            for phase, estimated, measured in (
+                ("generation", guess.generation - guess.weights, generation),
+                ("loss pass", guess.scoring - guess.weights, loss),
+            ):
+                row.cells[f"{phase} {label} GiB est/meas"] = (
+                    f"{estimated / GIB:.3g}/{measured / GIB:.3g} ({estimated / measured:.2f})"
+                )
+                if estimated < (1 - ESTIMATE_TOLERANCE) * measured:
+                    warnings.append(
+                        f"{name} {label} {phase}: estimate {estimated / GIB:.2f} GiB, measured "
+                        f"{measured / GIB:.2f} GiB"
+                    )
+    return warnings
+
+
 # -------------------------------------------------------------------------------------------- report
 def print_table(rows: dict[str, Row]) -> None:
     columns: list[str] = []
@@ -302,6 +455,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--profile", default="", help="(CUDA) methods whose longest prefill to profile")
     parser.add_argument("--methods", default="", help="only these methods (default: every method)")
+    parser.add_argument("--model-layers", type=int, default=4, help="(e) the random model's layers")
+    parser.add_argument("--model-methods", default=MODEL_METHODS, help="(e) methods, rope first")
+    parser.add_argument("--model-repeats", type=int, default=2, help="(e) generations per method (best)")
+    parser.add_argument("--skip", default="", help="parts to skip, e.g. c,e")
     args = parser.parse_args(argv)
     ONLY[:] = [name for name in args.methods.split(",") if name]
     cuda = torch.cuda.is_available()
@@ -313,12 +470,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"kernel backend for the pieces: {backend} ({kernels.ENV}={kernels.setting()})")
     if cuda:
         print(f"FlashAttention window_size on this build: {window_support(device)}")
+    skip = set(args.skip.split(","))
     rows: dict[str, Row] = {}
     length = args.check_length or (4096 if cuda else 512)
-    check_attention(rows, length, device, dtype, 3e-2 if cuda else 1e-4, args.oracle_rows)
-    check_model(rows, args.model_length or (2048 if cuda else 256), device, dtype, 3e-2 if cuda else 1e-4)
-    if cuda:
-        lengths = [parse_length(x) for x in args.lengths.split(",")]
+    if "a" not in skip:
+        check_attention(rows, length, device, dtype, 3e-2 if cuda else 1e-4, args.oracle_rows)
+    if "b" not in skip:
+        check_model(rows, args.model_length or (2048 if cuda else 256), device, dtype, 3e-2 if cuda else 1e-4)
+    lengths = [parse_length(x) for x in args.lengths.split(",")]
+    if cuda and "c" not in skip:
         for length in lengths:
             measure_speed(rows, length, args.repeats)
         for name in filter(None, args.profile.split(",")):
@@ -327,10 +487,21 @@ def main(argv: list[str] | None = None) -> int:
     failures = [f"{row.method}: {failure}" for row in rows.values() for failure in row.failed]
     for failure in failures:
         print("FAILED", failure, file=sys.stderr)
+    if cuda and "e" not in skip:
+        sys.stdout.flush()
+        model_rows: dict[str, Row] = {}
+        shape = ModelShapeArgs(layers=args.model_layers)
+        print(f"(e) a random model, {shape.layers} Llama-3-8B-shaped layers, vocabulary {shape.vocab}, bf16:")
+        for length in lengths:
+            for warning in measure_model(
+                model_rows, length, args.model_methods.split(","), shape=shape, repeats=args.model_repeats
+            ):
+                print("WARNING: memory estimate low:", warning)
+            torch.cuda.empty_cache()  # the last length's model and cache
+        print_table(model_rows)
     if not cuda:
-        print("no CUDA device: (a) and (b) ran on CPU; (c) speed and (d) memory need a GPU")
+        print("no CUDA device: (a) and (b) ran on CPU; (c), (d) and (e) need a GPU")
     return 1 if failures else 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

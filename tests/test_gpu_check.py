@@ -68,3 +68,19 @@ def test_speed_part_runs_through_the_emulated_flash_kernel(gpu_check, monkeypatc
             calls, syncs = (int(x) for x in cells["kernels/syncs 128"].split("/"))
             assert calls >= 0 and syncs >= 0, name
     assert any(call["causal"] and call["sq"] == 128 for call in emulator.calls)  # the plain causal call
+
+
+def test_whole_model_part_runs_the_backend_and_the_estimate(gpu_check):
+    rows = {}
+    shape = gpu_check.ModelShapeArgs(1, 4, 2, 16, intermediate=128, vocab=256, window=64)
+    warnings = gpu_check.measure_model(
+        rows, 128, ["rope", "lampe"], shape=shape, new_tokens=3, repeats=1, device="cpu"
+    )
+    assert warnings == []  # the estimate is not more than 15% below the allocator's peak
+    assert rows["rope"].cells["prefill 128 s (x rope)"].endswith("(1.00x)")
+    for name in ("rope", "lampe"):
+        cells = rows[name].cells
+        for phase in ("generation", "loss pass"):
+            sizes = cells[f"{phase} 128 GiB est/meas"].split(" ")[0]
+            estimated, measured = (float(x) for x in sizes.split("/"))
+            assert measured > 0 and estimated > 0, (name, phase)
