@@ -392,7 +392,7 @@ def measure_model(
                     clock = TokenClock()
                     start = time.perf_counter()
                     _, used = held(
-                        lambda clock=clock: backend.generate_ids(
+                        lambda clock=clock, prompt=prompt: backend.generate_ids(
                             prompt, length, new_tokens, new_tokens, set(), streamer=clock
                         ),
                         device,
@@ -502,6 +502,7 @@ def main(argv: list[str] | None = None) -> int:
     if not cuda:
         print("no CUDA device: (a) and (b) ran on CPU; (c), (d) and (e) need a GPU")
     return 1 if failures else 0
+
 
 if __name__ == "__main__":
     sys.exit(main())
