@@ -29,8 +29,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
+from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from lampe_eval.attention import engine, kernels, segmented_attention
 from lampe_eval.attention.counts import count, peak_memory
@@ -184,6 +186,12 @@ def plain_flash(q, k, v, scale: float, causal: bool):
     return call(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), scale, causal, (-1, -1))
 
 
+def unpatched_sdpa(q, k, v, pos, base: RopeBase, scale: float):
+    """The unpatched model's prefill attention: what transformers' ``sdpa`` integration calls."""
+    q, k = apply_rope(q, pos, base.inv_freq), apply_rope(k, pos, base.inv_freq)
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=True)
+
+
 @dataclass(frozen=True)
 class Shape:
     heads: int = HQ
@@ -219,6 +227,10 @@ def measure_speed(
     q_last = apply_rope(q[:, :, -1:], pos[-1:], base.inv_freq)
     flash_prefill_s = best_time(flash_prefill, repeats, device)
     flash_decode_s = best_time(lambda: plain_flash(q_last, k_rot, v, scale, False), repeats, device)
+    if device == "cuda":  # the kernel the unpatched model gets: PyTorch's choice for causal GQA attention
+        sdpa_s = best_time(lambda: unpatched_sdpa(q, k, v, pos, base, scale), repeats, device)
+        sdpa = rows.setdefault("sdpa (unpatched)", Row("sdpa (unpatched)"))
+        sdpa.cells[prefill] = f"{sdpa_s * 1e3:.1f} ({sdpa_s / flash_prefill_s:.2f}x)"
     flash = rows.setdefault("flash (plain)", Row("flash (plain)"))
     flash.cells[prefill] = f"{flash_prefill_s * 1e3:.1f} (1.00x)"
     flash.cells[decode] = f"{flash_decode_s * 1e3:.2f} (1.00x)"
@@ -281,6 +293,59 @@ def profile_prefill(name: str, length: int, rows: int = 12) -> None:
         torch.cuda.synchronize()
     print(f"profile: {name} prefill at {length // 1024}K")
     print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=rows))
+
+
+# ------------------------------------------------------------------------------------------------ (f)
+def kernel_survey(length: int, repeats: int) -> None:
+    """(f) The causal kernels this GPU offers for one 8B-shaped layer at ``length`` (RoPE left out): which one
+    ``scaled_dot_product_attention`` picks (the unpatched model's), their times, and whether cuDNN's fused
+    attention takes fewer KV heads and returns FlashAttention's log-sum-exp."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    q, k, v = inputs(length, HQ, HKV, DIM, "cuda", torch.bfloat16)
+    scale = DIM**-0.5
+    flash = kernels.FLASH_CALLS["torch"]()
+    _, flash_lse = flash(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), scale, True, (-1, -1))
+    wide_k, wide_v = k.repeat_interleave(HQ // HKV, 1), v.repeat_interleave(HQ // HKV, 1)
+
+    def sdpa() -> object:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=True)
+
+    def cudnn_only() -> object:
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            return sdpa()
+
+    def cudnn_op(keys, values):
+        return torch.ops.aten._scaled_dot_product_cudnn_attention(
+            q, keys, values, None, True, 0.0, True, False, scale=scale
+        )
+
+    activities = [torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=activities) as prof:
+        sdpa()
+        torch.cuda.synchronize()
+    kernels_used = sorted(prof.key_averages(), key=lambda e: -e.device_time_total)[:2]
+    print(f"(f) {length // 1024}K: sdpa runs " + ", ".join(e.key[:70] for e in kernels_used))
+    candidates: list[tuple[str, Callable[[], object]]] = [
+        ("flash (aten._flash_attention_forward)", lambda: plain_flash(q, k, v, scale, True)),
+        ("sdpa (its own choice)", sdpa),
+        ("sdpa, cuDNN only", cudnn_only),
+        ("cuDNN op, 8 KV heads", lambda: cudnn_op(k, v)),
+        ("cuDNN op, KV heads repeated", lambda: cudnn_op(wide_k, wide_v)),
+    ]
+    for label, fn in candidates:
+        try:
+            seconds = best_time(fn, repeats, "cuda")
+        except Exception as error:  # noqa: BLE001 - reported: this build lacks it
+            print(f"(f)   {label}: fails ({type(error).__name__}: {str(error).splitlines()[0][:100]})")
+            continue
+        note = ""
+        if label.startswith("cuDNN op"):
+            result: Any = fn()
+            lse = result[1]
+            gap = (lse.squeeze(-1) - flash_lse).abs().max().item()
+            note = f", lse {tuple(lse.shape)}, max |lse - flash's| {gap:.1e}"
+        print(f"(f)   {label}: {seconds * 1e3:.1f} ms{note}")
 
 
 # ------------------------------------------------------------------------------------------------ (e)
@@ -458,7 +523,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model-layers", type=int, default=4, help="(e) the random model's layers")
     parser.add_argument("--model-methods", default=MODEL_METHODS, help="(e) methods, rope first")
     parser.add_argument("--model-repeats", type=int, default=2, help="(e) generations per method (best)")
-    parser.add_argument("--skip", default="", help="parts to skip, e.g. c,e")
+    parser.add_argument("--skip", default="", help="parts to skip, e.g. c,e,f")
     args = parser.parse_args(argv)
     ONLY[:] = [name for name in args.methods.split(",") if name]
     cuda = torch.cuda.is_available()
@@ -478,6 +543,9 @@ def main(argv: list[str] | None = None) -> int:
     if "b" not in skip:
         check_model(rows, args.model_length or (2048 if cuda else 256), device, dtype, 3e-2 if cuda else 1e-4)
     lengths = [parse_length(x) for x in args.lengths.split(",")]
+    if cuda and "f" not in skip:
+        for length in lengths:
+            kernel_survey(length, args.repeats)
     if cuda and "c" not in skip:
         for length in lengths:
             measure_speed(rows, length, args.repeats)

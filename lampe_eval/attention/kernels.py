@@ -11,6 +11,9 @@ at hand. Backends (``LAMPE_EVAL_KERNEL``, default ``auto``):
   ``window_size=(0, -1)``; an empty row gives LSE +inf (mapped to -inf here).
 - ``torch``: PyTorch's own copy of the same FlashAttention-2 kernel, ``aten._flash_attention_forward``
   (CUDA, fp16/bf16): the same contract without the extra wheel.
+- ``cudnn``: ``torch``, but causal squares and unmasked rectangles of 128 rows or more go to cuDNN's fused
+  attention (``aten._scaled_dot_product_cudnn_attention``, [B, H, S, D], log-sum-exp [B, H, S, 1]): the
+  kernel PyTorch's ``scaled_dot_product_attention`` picks for the unpatched model on Hopper GPUs.
 - ``cpu``: ``aten._scaled_dot_product_flash_attention_for_cpu`` ([B, H, S, D], top-left causal, additive
   masks; an empty row gives LSE 0, masked out here).
 - ``portable``: exact fp32 matmuls that materialise the piece's scores (any device, any mask).
@@ -37,7 +40,8 @@ from torch import Tensor
 from ..errors import LampeEvalError
 
 ENV = "LAMPE_EVAL_KERNEL"
-BACKENDS = ("auto", "flash_attn", "torch", "cpu", "portable")
+BACKENDS = ("auto", "flash_attn", "torch", "cudnn", "cpu", "portable")
+CUDNN_MIN_ROWS = 128  # fewer query rows (decoding) stay on FlashAttention
 HALF = (torch.float16, torch.bfloat16)
 NEG_INF = float("-inf")
 
@@ -169,8 +173,44 @@ def _torch_flash_call() -> FlashCall:
     return call
 
 
+CUDNN_GQA: list[bool] = []  # whether this build's cuDNN attention takes fewer KV heads (found at first use)
+
+
+def _cudnn_call() -> FlashCall:
+    flash = _torch_flash_call()
+
+    def cudnn(q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool) -> Piece:
+        out, lse, *_ = torch.ops.aten._scaled_dot_product_cudnn_attention(
+            q, k, v, None, True, 0.0, causal, False, scale=scale
+        )
+        return out, lse
+
+    def call(q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool, window: tuple[int, int]) -> Piece:
+        if window != (-1, -1) or q.shape[1] < CUDNN_MIN_ROWS:
+            return flash(q, k, v, scale, causal, window)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [B, H, S, D] views
+        group = q.shape[1] // k.shape[1]
+        if group > 1 and not CUDNN_GQA:
+            try:
+                out, lse = cudnn(q, k, v, scale, causal)
+                CUDNN_GQA.append(True)
+                return out.transpose(1, 2), lse.squeeze(-1)
+            except RuntimeError:
+                CUDNN_GQA.append(False)
+        if group > 1 and not CUDNN_GQA[0]:
+            k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+        out, lse = cudnn(q, k, v, scale, causal)
+        return out.transpose(1, 2), lse.squeeze(-1)
+
+    return call
+
+
 # factories, looked up at call time (tests put contract emulations here)
-FLASH_CALLS: dict[str, Callable[[], FlashCall]] = {"flash_attn": _flash_attn_call, "torch": _torch_flash_call}
+FLASH_CALLS: dict[str, Callable[[], FlashCall]] = {
+    "flash_attn": _flash_attn_call,
+    "torch": _torch_flash_call,
+    "cudnn": _cudnn_call,
+}
 
 
 def _cpu_piece(
