@@ -159,3 +159,51 @@ class TorchFlashEmulator:
         out, lse = fa2_forward(query, key, value, scale, is_causal, window, self.half_only)
         empty = torch.empty(0)
         return out, lse, empty, empty, empty
+
+
+class CudnnEmulator:
+    """``torch.ops.aten._scaled_dot_product_cudnn_attention`` (torch 2.13 schema; shapes as its meta function
+    in ``torch/_meta_registrations.py``): [B, H, S, D] in and out, LSE fp32 [B, H, Sq, 1] in natural log (the
+    H100 run: equal to FlashAttention-2's within 7e-6), ``is_causal`` aligned top-left as in
+    ``scaled_dot_product_attention`` (a causal piece with fewer queries than keys comes out wrong). ``gqa``:
+    whether fewer KV heads are accepted (PyTorch 2.11 on the H100 did); without, the RuntimeError a build
+    that lacks it raises."""
+
+    def __init__(self, gqa: bool = True, half_only: bool = True) -> None:
+        self.gqa = gqa
+        self.half_only = half_only
+        self.calls: list[dict] = []
+
+    def __call__(
+        self,
+        query,
+        key,
+        value,
+        attn_bias,
+        compute_log_sumexp,
+        dropout_p=0.0,
+        is_causal=False,
+        return_debug_mask=False,
+        *,
+        scale=None,
+    ):
+        if attn_bias is not None or dropout_p or return_debug_mask:
+            raise ContractError("the emulation covers inference without a bias only")
+        if query.shape[1] != key.shape[1] and not self.gqa:
+            raise RuntimeError("cuDNN attention: query and key heads differ")
+        batch, heads, sq, dim = query.shape
+        sk = key.shape[2]
+        _check(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), self.half_only)
+        scale = scale if scale is not None else dim**-0.5
+        self.calls.append({"sq": sq, "sk": sk, "causal": is_causal, "heads": (heads, key.shape[1])})
+        group = heads // key.shape[1]
+        kf, vf = (x.float().repeat_interleave(group, dim=1) for x in (key, value))
+        scores = torch.einsum("bhqd,bhkd->bhqk", query.float(), kf) * scale
+        if is_causal:  # aligned top-left: row i sees keys 0..i, whatever sk is
+            keep = torch.arange(sk)[None, :] <= torch.arange(sq)[:, None]
+            scores = scores.masked_fill(~keep, float("-inf"))
+        lse = torch.logsumexp(scores, dim=-1)
+        out = torch.einsum("bhqk,bhkd->bhqd", torch.exp(scores - lse[..., None]), vf).to(query.dtype)
+        lse = lse[..., None] if compute_log_sumexp else torch.empty(0)
+        seed = offset = torch.empty((), dtype=torch.long)
+        return out, lse, None, None, sq, sk, seed, offset, None

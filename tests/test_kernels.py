@@ -19,7 +19,14 @@ from lampe_eval.attention.reference import oracle_attention
 from lampe_eval.errors import LampeEvalError
 from lampe_eval.methods import create_method
 
-from .kernel_contracts import ContractError, FlashAttnEmulator, TorchFlashEmulator, fa2_forward, fa2_visible
+from .kernel_contracts import (
+    ContractError,
+    CudnnEmulator,
+    FlashAttnEmulator,
+    TorchFlashEmulator,
+    fa2_forward,
+    fa2_visible,
+)
 from .test_methods_exact import POSITION_METHODS, WINDOW, base, random_params
 
 D = 16
@@ -104,6 +111,8 @@ def test_dispatch_decisions(monkeypatch):
     assert kernels.choose("cpu", half) == "cpu"
     assert kernels.choose("cuda", half, flash_attn=True) == "flash_attn"
     assert kernels.choose("cuda", torch.float16, flash_attn=False) == "torch"
+    assert kernels.choose("cuda", half, flash_attn=True, cudnn=True) == "cudnn"  # Hopper: SDPA's own choice
+    assert kernels.choose("cuda", full, cudnn=True) == "portable"
     assert kernels.choose("cuda", full, flash_attn=True) == "portable"  # FlashAttention is fp16/bf16 only
     assert kernels.choose("mps", half) == "portable"
     assert kernels.choose("cuda", half, "portable", True) == "portable"  # the explicit setting wins
@@ -122,12 +131,24 @@ def fake_flash_attn(emulator: FlashAttnEmulator) -> types.ModuleType:
     return module
 
 
-def emulate(backend: str, monkeypatch) -> FlashAttnEmulator | TorchFlashEmulator:
+Emulator = FlashAttnEmulator | TorchFlashEmulator | CudnnEmulator
+
+
+def emulate(backend: str, monkeypatch, gqa: bool = True) -> Emulator:
     """The engine on one FlashAttention-2 backend, its kernel replaced by the contract's emulation
-    (fp32 allowed, so the comparison with the oracle is tight; ``half_only`` is tested apart)."""
+    (fp32 allowed, so the comparison with the oracle is tight; ``half_only`` is tested apart). ``cudnn``:
+    every causal square and rectangle on the emulated cuDNN kernel (``gqa``: whether it takes fewer KV
+    heads), the rest on the emulated FlashAttention."""
     monkeypatch.setenv(kernels.ENV, backend)
+    if backend == "cudnn":
+        monkeypatch.setattr(torch.ops.aten, "_flash_attention_forward", TorchFlashEmulator(half_only=False))
+        cudnn = CudnnEmulator(gqa=gqa, half_only=False)
+        monkeypatch.setattr(torch.ops.aten, "_scaled_dot_product_cudnn_attention", cudnn)
+        monkeypatch.setattr(kernels, "CUDNN_MIN_ROWS", 1)
+        kernels.cudnn_takes_gqa.cache_clear()
+        return cudnn
     if backend == "flash_attn":
-        emulator: FlashAttnEmulator | TorchFlashEmulator = FlashAttnEmulator(half_only=False)
+        emulator: Emulator = FlashAttnEmulator(half_only=False)
         monkeypatch.setitem(sys.modules, "flash_attn", fake_flash_attn(emulator))
     else:
         emulator = TorchFlashEmulator(half_only=False)
@@ -149,7 +170,7 @@ def test_engine_through_emulated_kernels_equals_the_oracle(name, monkeypatch):
     q = torch.randn(1, 4, length, D)  # the heads of base(): Ms-PoE is per head
     k, v = torch.randn(1, 2, length, D), torch.randn(1, 2, length, D)
     ref = oracle_attention(q, k, v, plan, 0, D**-0.5)
-    for backend in ("flash_attn", "torch"):
+    for backend in ("flash_attn", "torch", "cudnn"):
         emulator = emulate(backend, monkeypatch)
         fast = segmented_attention(q, k, v, plan, 0, D**-0.5)
         assert (fast - ref).abs().max() <= 1e-4, f"{backend} {method.label()}"
@@ -159,6 +180,26 @@ def test_engine_through_emulated_kernels_equals_the_oracle(name, monkeypatch):
         step = segmented_attention(q[:, :, -1:], k, v, plan, length - 1, D**-0.5)  # a decode step
         assert (step - ref[:, :, -1:]).abs().max() <= 1e-4, f"{backend} {method.label()} decode"
         assert emulator.calls, f"the emulated {backend} kernel was never called"
+
+
+@pytest.mark.parametrize("gqa", [True, False])
+def test_cudnn_takes_causal_squares_and_rectangles_only(gqa, monkeypatch):
+    """On ``cudnn`` the causal squares and unmasked rectangles of a prefill go to cuDNN (KV heads repeated
+    where the build refuses fewer), bands and reversed squares to FlashAttention; decode rows (fewer than
+    ``CUDNN_MIN_ROWS``) stay on FlashAttention; the output equals the oracle's either way."""
+    cudnn = emulate("cudnn", monkeypatch, gqa)
+    monkeypatch.setattr(kernels, "CUDNN_MIN_ROWS", 8)
+    flash = torch.ops.aten._flash_attention_forward
+    q, k, v = torch.randn(1, 4, 160, D), torch.randn(1, 2, 160, D), torch.randn(1, 2, 160, D)
+    plan = create_method("selfextend", WINDOW, 4 * WINDOW, group_size=3, window=70).plan(base(), 160, 160)
+    out = segmented_attention(q, k, v, plan, 0, 0.25)
+    assert (out - oracle_attention(q, k, v, plan, 0, 0.25)).abs().max() <= 1e-4
+    assert [(c["sq"], c["causal"]) for c in cudnn.calls[-1:]] == [(90, True)]  # the groups' causal square
+    assert cudnn.calls[-1]["heads"] == ((4, 2) if gqa else (4, 4))
+    assert [c["window"] for c in flash.calls] == [(69, 0)]  # the neighbours' band
+    step = segmented_attention(q[:, :, -1:], k, v, plan, 159, 0.25)  # a decode step: FlashAttention only
+    assert (step - oracle_attention(q, k, v, plan, 0, 0.25)[:, :, -1:]).abs().max() <= 1e-4
+    assert len(cudnn.calls) == (2 if gqa else 1)  # the GQA probe (a tiny call) + the square
 
 
 def test_a_band_is_one_kernel_call(emulated):

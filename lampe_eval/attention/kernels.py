@@ -18,9 +18,10 @@ at hand. Backends (``LAMPE_EVAL_KERNEL``, default ``auto``):
   masks; an empty row gives LSE 0, masked out here).
 - ``portable``: exact fp32 matmuls that materialise the piece's scores (any device, any mask).
 
-``auto``: ``cpu`` on CPU; on CUDA with fp16/bf16 ``flash_attn`` when installed, else ``torch``; else
-``portable``. The engine gives the FlashAttention backends bands as bottom-right windows, the CPU kernel
-causal squares, rectangles and reversed squares only (``tiles.py``); ``portable`` gets masked blocks.
+``auto``: ``cpu`` on CPU; on CUDA with fp16/bf16 ``cudnn`` on Hopper or newer, else ``flash_attn`` when
+installed, else ``torch``; else ``portable``. The engine gives the FlashAttention backends bands as
+bottom-right windows, the CPU kernel causal squares, rectangles and reversed squares only (``tiles.py``);
+``portable`` gets masked blocks.
 The kernel contracts, with their sources, are in ``docs/gpu.md``; ``tests/test_kernels.py`` checks
 every dispatch decision on CPU against emulations of those contracts.
 """
@@ -64,16 +65,27 @@ def flash_attn_installed() -> bool:
     return importlib.util.find_spec("flash_attn") is not None
 
 
-def choose(device_type: str, dtype: torch.dtype, name: str = "auto", flash_attn: bool = False) -> str:
-    """The backend for pieces on ``device_type`` in ``dtype``, given the setting ``name`` and whether the
-    flash-attn wheel is installed."""
+def choose(
+    device_type: str, dtype: torch.dtype, name: str = "auto", flash_attn: bool = False, cudnn: bool = False
+) -> str:
+    """The backend for pieces on ``device_type`` in ``dtype``, given the setting ``name``, whether the
+    flash-attn wheel is installed and whether the GPU is one where cuDNN's attention is the fastest."""
     if name != "auto":
         return name
     if device_type == "cpu":
         return "cpu"
     if device_type == "cuda" and dtype in HALF:
-        return "flash_attn" if flash_attn else "torch"
+        return "cudnn" if cudnn else "flash_attn" if flash_attn else "torch"
     return "portable"
+
+
+@functools.cache
+def cudnn_preferred(device_index: int) -> bool:
+    """Hopper or newer with cuDNN: where PyTorch's own ``scaled_dot_product_attention`` picks cuDNN for the
+    unpatched model (measured on an H100: 242 ms against FlashAttention-2's 418 ms, one 8B-shaped causal
+    layer at 128K; ``docs/gpu-performance.md``)."""
+    cudnn_9 = torch.backends.cudnn.is_available() and (torch.backends.cudnn.version() or 0) >= 90000
+    return cudnn_9 and torch.cuda.get_device_capability(device_index) >= (9, 0)
 
 
 def backend_for(q: torch.Tensor, force_portable: bool = False) -> str:
@@ -82,7 +94,10 @@ def backend_for(q: torch.Tensor, force_portable: bool = False) -> str:
         return "portable"
     name = setting()
     auto = name == "auto" and q.device.type == "cuda"
-    return choose(q.device.type, q.dtype, name, auto and flash_attn_installed())
+    cudnn = auto and cudnn_preferred(
+        q.device.index if q.device.index is not None else torch.cuda.current_device()
+    )
+    return choose(q.device.type, q.dtype, name, auto and flash_attn_installed(), cudnn)
 
 
 def attend(
@@ -173,33 +188,40 @@ def _torch_flash_call() -> FlashCall:
     return call
 
 
-CUDNN_GQA: list[bool] = []  # whether this build's cuDNN attention takes fewer KV heads (found at first use)
+def _cudnn_attention(q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool) -> Piece:
+    """cuDNN's fused attention on [B, H, S, D]: (out [B, H, Sq, D], lse [B, H, Sq, 1] fp32)."""
+    out, lse, *_ = torch.ops.aten._scaled_dot_product_cudnn_attention(
+        q, k, v, None, True, 0.0, causal, False, scale=scale
+    )
+    return out, lse
+
+
+@functools.cache
+def cudnn_takes_gqa(device: torch.device, dtype: torch.dtype, dim: int) -> bool:
+    """Whether this build's cuDNN attention takes fewer KV heads than query heads (one tiny call; the H100
+    run's PyTorch 2.11 did, at the speed of repeated heads)."""
+    q = torch.zeros(1, 2, CUDNN_MIN_ROWS, dim, device=device, dtype=dtype)
+    try:
+        _cudnn_attention(q, q[:, :1], q[:, :1], 1.0, True)
+    except RuntimeError:
+        return False
+    return True
 
 
 def _cudnn_call() -> FlashCall:
     flash = _torch_flash_call()
 
-    def cudnn(q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool) -> Piece:
-        out, lse, *_ = torch.ops.aten._scaled_dot_product_cudnn_attention(
-            q, k, v, None, True, 0.0, causal, False, scale=scale
-        )
-        return out, lse
-
     def call(q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool, window: tuple[int, int]) -> Piece:
-        if window != (-1, -1) or q.shape[1] < CUDNN_MIN_ROWS:
+        square = (
+            q.shape[1] == k.shape[1]
+        )  # cuDNN's causal mask is aligned top-left, FlashAttention's bottom-right
+        if window != (-1, -1) or q.shape[1] < CUDNN_MIN_ROWS or (causal and not square):
             return flash(q, k, v, scale, causal, window)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [B, H, S, D] views
         group = q.shape[1] // k.shape[1]
-        if group > 1 and not CUDNN_GQA:
-            try:
-                out, lse = cudnn(q, k, v, scale, causal)
-                CUDNN_GQA.append(True)
-                return out.transpose(1, 2), lse.squeeze(-1)
-            except RuntimeError:
-                CUDNN_GQA.append(False)
-        if group > 1 and not CUDNN_GQA[0]:
+        if group > 1 and not cudnn_takes_gqa(q.device, q.dtype, q.shape[-1]):
             k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
-        out, lse = cudnn(q, k, v, scale, causal)
+        out, lse = _cudnn_attention(q, k, v, scale, causal)
         return out.transpose(1, 2), lse.squeeze(-1)
 
     return call
