@@ -45,6 +45,11 @@ PRESETS: dict[str, ModelPreset] = {
         ModelPreset("llama3.1-8b-instruct", "meta-llama/Llama-3.1-8B-Instruct", 131072, True),
         ModelPreset("mistral-7b-instruct-v0.2", "mistralai/Mistral-7B-Instruct-v0.2", 32768, True),
         ModelPreset("qwen2-7b-instruct", "Qwen/Qwen2-7B-Instruct", 32768, True),
+        ModelPreset("qwen2.5-7b-instruct", "Qwen/Qwen2.5-7B-Instruct", 32768, True),
+        ModelPreset("qwen3-8b", "Qwen/Qwen3-8B", 32768, True, "native 32K (the config says 40960)"),
+        ModelPreset("olmo2-7b-instruct", "allenai/OLMo-2-1124-7B-Instruct", 4096, True),
+        ModelPreset("phi3-mini-4k-instruct", "microsoft/Phi-3-mini-4k-instruct", 4096, True),
+        ModelPreset("phi4", "microsoft/phi-4", 16384, True, "Phi-3 architecture, full rotary"),
     ]
 }
 DEFAULT_MODEL = "smollm2-135m"
@@ -444,8 +449,10 @@ def tiny_llama(
     vocab: int = 128,
     seed: int = 0,
     model_type: str = "llama",
+    **config: Any,
 ) -> Any:
-    """A tiny random model of the Llama family (or Mistral/Qwen2) for unit tests."""
+    """A tiny random model of the Llama family (or any family with Llama's config fields: Mistral, Qwen2,
+    Qwen3, OLMo 2, Phi-3) for unit tests; ``config``: more config fields."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     torch.manual_seed(seed)
@@ -462,6 +469,7 @@ def tiny_llama(
         rope_parameters={"rope_type": "default", "rope_theta": rope_theta},
         tie_word_embeddings=False,
         **({"sliding_window": None} if model_type == "mistral" else {}),
+        **config,
     )
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.config._attn_implementation = "sdpa"

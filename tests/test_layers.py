@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "lampe_eval"
 # modules and folders.
 FLOORS: list[tuple[str, ...]] = [
     ("errors", "prompts", "registry", "fileio", "lengths", "options", "resources", "data", "settings"),
-    ("records", "attention", "models", "method_configs"),
+    ("records", "attention", "models", "method_configs", "families"),
     ("methods", "memory"),
     ("backends",),
     ("benchmarks",),

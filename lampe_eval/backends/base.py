@@ -25,9 +25,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from ..errors import LampeEvalError, UnsupportedModelError
+from ..families import FAMILIES, family_of_config
 from ..memory import MemoryEstimate
 from ..methods.base import Method, RopeBase
-from ..models import LoadedModel
+from ..models import LoadedModel, known_config
 from ..registry import Registry
 from ..settings import RunSettings
 
@@ -169,9 +170,12 @@ class BaseBackend(abc.ABC):
         return None  # default: none refused
 
     @classmethod
-    def check_model(cls, name: str) -> None:
-        """Raise one line for a model name this backend cannot load (called without loading it)."""
-        return None  # default: any
+    def check_model(cls, name: str, methods: Sequence[str] = ()) -> None:
+        """Raise one line for a model name this backend cannot load, or whose attention cannot take one of
+        ``methods`` (called without loading it; a config only loading reads is not checked)."""
+        why = family_refusal(name, methods)
+        if why:
+            raise UnsupportedModelError(why)
 
     @classmethod
     def memory_estimate(
@@ -235,3 +239,23 @@ def _check_backend(cls: type[BaseBackend]) -> None:
 
 
 BACKENDS: Registry[BaseBackend] = Registry("backend", check=_check_backend)
+
+
+def family_refusal(name: str, methods: Sequence[str]) -> str | None:
+    """Why ``methods`` cannot run on model ``name`` (its config read without loading): a family whose
+    attention no method can be installed in, or a config of its family that a method cannot run exactly.
+    None when every method is ``rope`` (nothing is installed) or the config is not readable here."""
+    if all(method == "rope" for method in methods):
+        return None
+    config = known_config(name)
+    if config is None:
+        return None
+    family = family_of_config(config)
+    if family is None:
+        supported = ", ".join(t for f in FAMILIES for t in f.model_types)
+        model_type = getattr(config, "model_type", "?")
+        return (
+            f"{name}: methods cannot be installed in {model_type!r} models (supported: {supported}); only "
+            "--method rope runs on it"
+        )
+    return family.refusal(config)

@@ -34,7 +34,7 @@ from .base import (
     Request,
     TokenNLL,
 )
-from .hf_patch import PatchHandle, apply_method, attention_layers, new_cache
+from .hf_patch import PatchHandle, apply_method, attention_family, attention_layers, new_cache
 from .rope_config import model_shape, rope_base
 from .text import cut_at_stops, eos_ids, until_eos
 
@@ -266,26 +266,22 @@ class HFBackend(BaseBackend):
     ) -> float:
         """One forward pass over ``input_ids`` (no cache, no LM head); ``visit(layer, q, k)`` for every
         attention layer with its queries [L, heads, head_dim] and keys [L, kv_heads, head_dim] before
-        RoPE (the ``q_proj`` / ``k_proj`` outputs; DPE's dimension selection reads their norms).
-        Returns the seconds the pass took."""
+        RoPE (as the layer's family computes them: projections and any norm; DPE's dimension selection
+        reads their norms). Returns the seconds the pass took."""
         model = self.lm.model
-        pending: dict[int, dict[str, torch.Tensor]] = {}
+        family = attention_family(model)
         hooks = []
 
-        def catcher(index: int, name: str, head_dim: int) -> Callable[..., None]:
-            def hook(module: Any, args: Any, output: torch.Tensor) -> None:
-                states = pending.setdefault(index, {})
-                states[name] = output[0].view(output.shape[1], -1, head_dim).float()
-                if len(states) == 2:
-                    visit(index, states["q"], states["k"])
-                    del pending[index]
+        def catcher(index: int) -> Callable[..., None]:
+            def hook(module: Any, args: Any, kwargs: dict[str, Any]) -> None:
+                hidden = args[0] if args else kwargs["hidden_states"]
+                query, key, _ = family.project(module, hidden)
+                visit(index, query[0].transpose(0, 1).float(), key[0].transpose(0, 1).float())
 
             return hook
 
         for index, layer in enumerate(attention_layers(model)):
-            head_dim = int(getattr(layer, "head_dim", 0) or rope_base(model).head_dim)
-            hooks.append(layer.q_proj.register_forward_hook(catcher(index, "q", head_dim)))
-            hooks.append(layer.k_proj.register_forward_hook(catcher(index, "k", head_dim)))
+            hooks.append(layer.register_forward_pre_hook(catcher(index), with_kwargs=True))
         ids = torch.tensor([list(input_ids)], dtype=torch.long, device=self.lm.device)
         start = time.perf_counter()
         try:

@@ -15,8 +15,9 @@ selection. A cache made elsewhere (transformers' own ``DynamicCache``, as lm-eva
 ``generate`` makes) still works through the fallback: the copies are kept in a table by cache object,
 changes to the cache are noticed after the fact, and the budget comes from :func:`generation_budget`.
 
-Supported: the Llama-style attention modules of Llama, Mistral and Qwen2 (same projections, full
-rotary dimension, no per-head norms). Anything else raises UnsupportedModelError.
+Supported: the attention layers of the families in ``lampe_eval/families`` (Llama, Mistral, Qwen2, Qwen3,
+OLMo 2, Phi-3/4): each family says how its layer computes query, key and value before RoPE. Anything else
+raises UnsupportedModelError, and so does a family's config that a method cannot run exactly.
 """
 
 from __future__ import annotations
@@ -34,11 +35,11 @@ from ..attention import AttentionPlan, segmented_attention
 from ..attention.engine import attend_rotated
 from ..attention.kv_cache import Generation, RotatedKeyCache, RotatedKeys, SideCopies
 from ..errors import LampeEvalError, UnsupportedModelError
+from ..families import AttentionFamily, attention_classes, family_of_layer
 from ..methods.base import Method, RopeBase
 from .plans import PlanCache
 from .rope_config import rope_base
 
-SUPPORTED_ATTENTION = ("LlamaAttention", "MistralAttention", "Qwen2Attention")
 _STATE_ATTR = "_lampe_eval_patch_state"  # the PatchState of a patched model (see new_cache)
 
 
@@ -166,24 +167,25 @@ class PatchHandle:
 
 
 def attention_layers(model: Any) -> list[torch.nn.Module]:
-    layers = [m for m in model.modules() if type(m).__name__ in SUPPORTED_ATTENTION]
+    supported = attention_classes()
+    layers = [m for m in model.modules() if type(m).__name__ in supported]
     if not layers:
         names = sorted({type(m).__name__ for m in model.modules() if type(m).__name__.endswith("Attention")})
         raise UnsupportedModelError(
             f"unsupported architecture {getattr(model.config, 'model_type', type(model).__name__)!r} "
-            f"(attention modules {names or 'none'}); supported: {', '.join(SUPPORTED_ATTENTION)}"
+            f"(attention modules {names or 'none'}); supported: {', '.join(supported)}"
         )
     return layers
 
 
-def _check_config(model: Any) -> None:
-    config = model.config
-    if getattr(config, "use_sliding_window", True) and getattr(config, "sliding_window", None):
-        if config.model_type == "qwen2" and not getattr(config, "use_sliding_window", False):
-            return
-        raise UnsupportedModelError(
-            f"{config.model_type} with sliding-window attention ({config.sliding_window}) is not supported"
-        )
+def attention_family(model: Any) -> AttentionFamily:
+    """The family of ``model``'s attention layers; refused when its config cannot run a method exactly."""
+    family = family_of_layer(attention_layers(model)[0])
+    assert family is not None  # attention_layers found a registered class
+    why = family.refusal(model.config)
+    if why:
+        raise UnsupportedModelError(why)
+    return family
 
 
 def _reject_padding(module: Any, args: tuple, kwargs: dict) -> None:
@@ -199,11 +201,11 @@ def apply_method(
     model's RoPE when the caller has it already (else read from the model)."""
     if method.kind == "baseline":
         return PatchHandle([], [], None)
+    family = attention_family(model)
     layers = attention_layers(model)
-    _check_config(model)
     state = PatchState(method=method, base=base or rope_base(model, window))
     layers = [layers[i] for i in method.patched_layers(len(layers))]  # the others keep their own attention
-    forward = _make_forward(state)
+    forward = _make_forward(state, family)
     for layer in layers:
         if _is_patched(layer):
             raise LampeEvalError("this model is already patched: remove the previous method first")
@@ -245,7 +247,7 @@ def _is_patched(layer: torch.nn.Module) -> bool:
     return "forward" in vars(layer)
 
 
-def _make_forward(state: PatchState):
+def _make_forward(state: PatchState, family: AttentionFamily):
     def forward(
         self: Any,
         hidden_states: torch.Tensor,
@@ -255,10 +257,7 @@ def _make_forward(state: PatchState):
         **kwargs: Any,
     ) -> tuple[torch.Tensor, None]:
         batch, n, _ = hidden_states.shape
-        shape = (batch, n, -1, self.head_dim)
-        query = self.q_proj(hidden_states).view(shape).transpose(1, 2)
-        key = self.k_proj(hidden_states).view(shape).transpose(1, 2)
-        value = self.v_proj(hidden_states).view(shape).transpose(1, 2)
+        query, key, value = family.project(self, hidden_states)
         out = attend_patched(state, self.layer_idx, self.scaling, query, key, value, past_key_values)
         out = out.transpose(1, 2).reshape(batch, n, -1)
         return self.o_proj(out), None

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from ..errors import LampeEvalError
+from ..errors import LampeEvalError, UnsupportedModelError
 from ..memory import GIB, KeyRows, MemoryEstimate, ModelShape, estimate, kv_bytes_per_token
 from ..methods.base import Method, RopeBase
 from ..models import LoadedModel, default_device, parse_dtype
@@ -208,9 +208,20 @@ class VLLMBackend(BaseBackend):
             )
 
     @classmethod
-    def check_model(cls, name: str) -> None:
-        """Refuse, before loading, a model the vLLM backend cannot load (a .gguf file)."""
-        from ..models import resolve_source
+    def check_model(cls, name: str, methods: Sequence[str] = ()) -> None:
+        """Refuse, before loading, a model the vLLM backend cannot load (a .gguf file), one whose family
+        cannot take a method, and one vLLM runs through its Transformers fallback (no vLLM attention
+        module of its own for the method to replace: OLMo 2 in vLLM 0.32)."""
+        from ..models import known_config, resolve_source
+
+        super().check_model(name, methods)
+        config = known_config(name)
+        fallback = [a for a in getattr(config, "architectures", None) or [] if _transformers_fallback(a)]
+        if fallback and any(method != "rope" for method in methods):
+            raise UnsupportedModelError(
+                f"{name}: vLLM runs {fallback[0]} through its Transformers fallback, whose attention "
+                "lampe-eval cannot replace: use --backend hf (or --method rope)"
+            )
 
         source, _ = resolve_source(name)
         if source.endswith(".gguf"):
@@ -541,3 +552,12 @@ def _nll_sums(logprobs: list[float], tail_from: int | None, seconds: float) -> T
     total = -sum(logprobs)
     tail = -sum(logprobs[max(tail_from, 1) - 1 :])
     return TokenNLL(total, length - 1, tail, max(0, length - max(tail_from, 1)), seconds)
+
+
+def _transformers_fallback(architecture: str) -> bool:
+    """Whether vLLM has no model class of its own for ``architecture`` and runs transformers' instead."""
+    try:
+        from vllm.model_executor.models import registry
+    except ImportError:  # no vLLM here: the engine's own check says so
+        return False
+    return architecture in getattr(registry, "_TRANSFORMERS_SUPPORTED_MODELS", {})

@@ -225,7 +225,7 @@ class ExperimentSpec:
         for grid, bench_tasks in zip(self.grids, tasks, strict=True):
             methods = [(name, typed_params(name, params)) for name, params in grid.methods]
             if settings.load is None:
-                check_models(grid.models, settings.backend)
+                check_models(grid.models, settings.backend, [name for name, _ in methods])
             jobs += expand_grid(
                 grid.models,
                 methods,
@@ -385,8 +385,9 @@ def typed_params(method: str, params: Mapping[str, Any]) -> dict[str, Any]:
     return METHODS.get(method).typed_params(dict(params))
 
 
-def check_models(models: Sequence[str], backend: str | None = None) -> None:
-    """Each model name resolves (a preset, a path, a hub id), and ``backend`` can load it."""
+def check_models(models: Sequence[str], backend: str | None = None, methods: Sequence[str] = ()) -> None:
+    """Each model name resolves (a preset, a path, a hub id), and ``backend`` can load it and run
+    ``methods`` on it."""
     from ..backends import BACKENDS
     from ..models import resolve_source
 
@@ -394,7 +395,7 @@ def check_models(models: Sequence[str], backend: str | None = None) -> None:
         resolve_source(model)
     if backend is not None:
         for model in models:
-            BACKENDS.get(backend).check_model(model)
+            BACKENDS.get(backend).check_model(model, methods)
 
 
 def check_jobs(jobs: Sequence[Job], *, known_windows: bool = True) -> dict[str, str]:

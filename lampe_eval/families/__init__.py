@@ -1,0 +1,32 @@
+"""Model families whose attention a method can be installed in: one module each (what the layer computes
+before RoPE, what a family's config can refuse), gathered here in one registry."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import llama, olmo2, phi3, qwen3
+from .base import AttentionFamily
+
+FAMILIES: tuple[AttentionFamily, ...] = (llama.FAMILY, qwen3.FAMILY, olmo2.FAMILY, phi3.FAMILY)
+
+
+def attention_classes() -> tuple[str, ...]:
+    return tuple(name for family in FAMILIES for name in family.classes)
+
+
+def family_of_layer(layer: Any) -> AttentionFamily | None:
+    name = type(layer).__name__
+    return next((family for family in FAMILIES if name in family.classes), None)
+
+
+def family_of_config(config: Any) -> AttentionFamily | None:
+    model_type = getattr(config, "model_type", None)
+    return next((family for family in FAMILIES if model_type in family.model_types), None)
+
+
+def supported_model_types() -> tuple[str, ...]:
+    return tuple(t for family in FAMILIES for t in family.model_types)
+
+
+__all__ = ["FAMILIES", "AttentionFamily", "attention_classes", "family_of_config", "family_of_layer"]

@@ -1,0 +1,62 @@
+"""What lampe-eval needs to know about one model family's attention layer to run a method in it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+# (layer, hidden states [B, n, hidden]) -> un-rotated query [B, Hq, n, D], key and value [B, Hkv, n, D]
+Projection = Callable[[Any, torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+
+
+def no_refusal(config: Any) -> str | None:
+    return None
+
+
+@dataclass(frozen=True)
+class AttentionFamily:
+    """A family of attention layers with the same arithmetic before RoPE.
+
+    ``classes``: the transformers attention classes (by name); ``model_types``: the configs' ``model_type``
+    values that build them; ``project``: the layer's query, key and value before RoPE, exactly as the
+    layer's own forward computes them (projections, norms); ``refusal``: why a config of the family cannot
+    run a method exactly (one line), or None."""
+
+    name: str
+    classes: tuple[str, ...]
+    model_types: tuple[str, ...]
+    project: Projection
+    refusal: Callable[[Any], str | None] = no_refusal
+
+
+def heads_first(x: torch.Tensor, head_dim: int) -> torch.Tensor:
+    """[B, n, H * D] -> [B, H, n, D]."""
+    batch, n, _ = x.shape
+    return x.view(batch, n, -1, head_dim).transpose(1, 2)
+
+
+def separate_projections(layer: Any, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Llama's: ``q_proj``, ``k_proj``, ``v_proj``, nothing else before RoPE."""
+    dim = layer.head_dim
+    return (
+        heads_first(layer.q_proj(hidden), dim),
+        heads_first(layer.k_proj(hidden), dim),
+        heads_first(layer.v_proj(hidden), dim),
+    )
+
+
+def sliding_window_refusal(config: Any) -> str | None:
+    """Layers that attend through a sliding window (Mistral v0.1, Qwen2 or Qwen3 with
+    ``use_sliding_window``): a method would have to leave them alone, which is not built yet."""
+    window = getattr(config, "sliding_window", None)
+    if not window:
+        return None
+    if config.model_type in ("qwen2", "qwen3") and not getattr(config, "use_sliding_window", False):
+        return None
+    layer_types = getattr(config, "layer_types", None)
+    if layer_types is not None and "sliding_attention" not in layer_types:
+        return None
+    return f"{config.model_type} with sliding-window attention ({window}) is not supported"

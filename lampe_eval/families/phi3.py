@@ -1,0 +1,40 @@
+"""Phi-3 and Phi-4: one fused ``qkv_proj`` (query, then key, then value columns), no norm before RoPE
+(transformers' ``Phi3Attention.forward``). Refused: a partial rotary dimension (``partial_rotary_factor``
+below 1, Phi-4-mini) and the model's own ``longrope`` scaling (the 128K Phi-3 checkpoints), whose
+frequencies switch with the sequence's length: a method would be stacked on them silently."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .base import AttentionFamily, heads_first
+
+
+def project(layer: Any, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    qkv = layer.qkv_proj(hidden)
+    query_width = layer.config.num_attention_heads * layer.head_dim
+    key_width = layer.num_key_value_heads * layer.head_dim
+    query, key, value = qkv.split((query_width, key_width, key_width), dim=-1)
+    dim = layer.head_dim
+    return heads_first(query, dim), heads_first(key, dim), heads_first(value, dim)
+
+
+def refusal(config: Any) -> str | None:
+    factor = float(getattr(config, "partial_rotary_factor", 1.0) or 1.0)
+    if factor < 1.0:
+        return f"{config.model_type}: partial rotary embeddings (factor {factor}) are not supported"
+    rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
+    kind = rope.get("rope_type", rope.get("type", "default")) if isinstance(rope, dict) else "default"
+    if kind not in ("default", None):
+        return (
+            f"{config.model_type}: the model's own {kind!r} RoPE scaling would sit under the method: use a "
+            "checkpoint without it (e.g. the 4K Phi-3 models) or --method rope"
+        )
+    return None
+
+
+FAMILY = AttentionFamily(
+    name="phi3", classes=("Phi3Attention",), model_types=("phi3",), project=project, refusal=refusal
+)

@@ -1,0 +1,143 @@
+"""Model families beyond Llama (``lampe_eval/families``): Qwen3 (per-head query/key norms), OLMo 2 (norms
+over the whole projection), Phi-3/4 (one fused projection). Every method's patched logits equal a dense
+oracle run inside the family's *own* attention code (transformers' forward, with its RoPE call made a
+no-op and its attention function replaced by ``oracle_attention`` applying the method's positions), so the
+norms, scale and projections are the library's, not ours; identity mappings give the unpatched model's
+logits; cached greedy decoding equals decoding without a cache; what a family cannot run exactly is
+refused in one line."""
+
+import importlib
+
+import pytest
+import torch
+from transformers.modeling_utils import AttentionInterface
+
+from lampe_eval.attention.reference import oracle_attention
+from lampe_eval.backends.hf_patch import apply_method
+from lampe_eval.backends.rope_config import rope_base
+from lampe_eval.errors import UnsupportedModelError
+from lampe_eval.families import family_of_config
+from lampe_eval.methods import METHODS, create_method
+from lampe_eval.models import tiny_llama
+
+WINDOW = 32
+LENGTH = 80  # 2.5x the window: every method's segments are active
+FAMILIES = ["qwen3", "olmo2", "phi3"]
+
+
+def tiny(model_type: str):
+    """A random 2-layer model of the family (4 query / 2 KV heads, head dim 16); its norms' weights drawn
+    away from 1 so a misplaced norm shows."""
+    extra = {"pad_token_id": 0} if model_type == "phi3" else {}
+    net = tiny_llama(window=WINDOW, layers=2, head_dim=16, model_type=model_type, **extra)
+    generator = torch.Generator().manual_seed(3)
+    for name, parameter in net.named_parameters():
+        if "norm" in name:
+            parameter.data = torch.rand(parameter.shape, generator=generator) + 0.5
+    return net
+
+
+@pytest.fixture(scope="module")
+def ids():
+    return torch.randint(0, 128, (1, LENGTH), generator=torch.Generator().manual_seed(1))
+
+
+@torch.no_grad()
+def logits(net, ids):
+    return net(ids).logits
+
+
+@torch.no_grad()
+def oracle_logits(net, method, ids, monkeypatch):
+    """The family's own forward with RoPE left out and the method's positions applied by the dense oracle."""
+    model_type = net.config.model_type
+    module = importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
+    monkeypatch.setattr(module, "apply_rotary_pos_emb", lambda q, k, cos, sin, *args, **kwargs: (q, k))
+    base, n = rope_base(net), ids.shape[1]
+    plan = method.plan(base, n, n)
+    plain = create_method("linear", WINDOW, n, factor=1.0).plan(base, n, n)  # RoPE: the layers left alone
+    patched = set(method.patched_layers(net.config.num_hidden_layers))
+
+    def attention(module, query, key, value, attention_mask, scaling=None, **kwargs):
+        layer_plan = plan if module.layer_idx in patched else plain
+        out = oracle_attention(query, key, value, layer_plan, 0, scaling)
+        return out.transpose(1, 2).to(query.dtype), None
+
+    monkeypatch.setitem(AttentionInterface._global_mapping, "sdpa", attention)
+    try:
+        return logits(net, ids)
+    finally:
+        monkeypatch.undo()
+
+
+def test_the_registry_knows_each_family():
+    for model_type in ["llama", "mistral", "qwen2", *FAMILIES]:
+        assert family_of_config(tiny(model_type).config) is not None, model_type
+
+
+@pytest.mark.parametrize("model_type", ["llama", *FAMILIES])
+@pytest.mark.parametrize("name", [n for n in METHODS.names() if n != "rope"])
+def test_patched_logits_equal_the_oracle_in_the_familys_own_code(model_type, name, ids, monkeypatch):
+    net = tiny(model_type)
+    extra = {"identity_within_window": False} if name == "lampe" else {}
+    method = create_method(name, WINDOW, LENGTH, **extra)
+    with apply_method(net, method):
+        patched = logits(net, ids)
+    reference = oracle_logits(net, method, ids, monkeypatch)
+    assert (patched - reference).abs().max() <= 1e-4 * reference.abs().max(), (model_type, name)
+
+
+@pytest.mark.parametrize("model_type", FAMILIES)
+def test_identity_mappings_reproduce_the_unpatched_model(model_type, ids):
+    net = tiny(model_type)
+    reference = logits(net, ids)
+    identities = [("lampe", {"mscale": 1.0}), ("selfextend", {"window": 1000}), ("linear", {"factor": 1.0})]
+    for name, params in identities:
+        with apply_method(net, create_method(name, 1000, None, **params), window=1000):
+            assert (logits(net, ids) - reference).abs().max() < 2e-5, (model_type, name)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("model_type", FAMILIES)
+@pytest.mark.parametrize("name", ["selfextend", "dca", "string"])  # positions that do not move with length
+def test_cached_decoding_equals_a_forward_without_a_cache(model_type, name, ids):
+    net = tiny(model_type)
+    with apply_method(net, create_method(name, WINDOW, 256)):
+        kwargs = {"attention_mask": torch.ones_like(ids), "max_new_tokens": 8, "do_sample": False}
+        cached = net.generate(ids, use_cache=True, **kwargs)
+        assert torch.equal(cached, net.generate(ids, use_cache=False, **kwargs)), (model_type, name)
+        full = logits(net, cached)[:, -1]
+        past = net(cached[:, :-1], use_cache=True).past_key_values
+        step = net(cached[:, -1:], past_key_values=past, use_cache=True).logits[:, -1]
+        assert (full - step).abs().max() < 3e-4, (model_type, name)  # fp32 sums in another order
+
+
+@pytest.mark.parametrize(
+    ("model_type", "config", "said"),
+    [
+        ("phi3", {"partial_rotary_factor": 0.5}, "partial rotary"),
+        (
+            "phi3",
+            {
+                "rope_parameters": {
+                    "rope_type": "longrope",
+                    "rope_theta": 10000.0,
+                    "short_factor": [1.0] * 8,
+                    "long_factor": [2.0] * 8,
+                    "original_max_position_embeddings": 16,
+                }
+            },
+            "'longrope' RoPE scaling",
+        ),
+        ("qwen3", {"use_sliding_window": True, "sliding_window": 16}, "sliding-window"),
+    ],
+)
+def test_what_a_family_cannot_run_exactly_is_refused_in_one_line(model_type, config, said):
+    net = tiny(model_type)
+    for key, value in config.items():
+        setattr(net.config, key, value)
+    if model_type == "qwen3":
+        net.config.layer_types = ["sliding_attention"] * 2
+    with pytest.raises(UnsupportedModelError, match=said) as refused:
+        apply_method(net, create_method("lampe", WINDOW, LENGTH))
+    assert "\n" not in str(refused.value)

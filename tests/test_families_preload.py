@@ -1,0 +1,54 @@
+"""Before any model loads: a family no method can be installed in, or a config of a family that a method
+cannot run exactly, is refused in one line naming what to do; ``rope`` (nothing installed) runs anywhere."""
+
+import pytest
+from transformers import AutoConfig
+
+from lampe_eval.backends.hf import HFBackend
+from lampe_eval.errors import UnsupportedModelError
+
+from .test_bad_input import cli, no_model, one_line  # noqa: F401 - no_model is a fixture
+
+
+def saved_config(tmp_path, model_type: str, **fields) -> str:
+    config = AutoConfig.for_model(model_type, **fields)
+    config.architectures = [f"{type(config).__name__.removesuffix('Config')}ForCausalLM"]
+    config.save_pretrained(tmp_path)
+    return str(tmp_path)
+
+
+def test_an_unknown_family_is_refused_for_a_method_and_runs_rope(tmp_path):
+    model = saved_config(tmp_path, "gpt_neox")
+    with pytest.raises(UnsupportedModelError, match="'gpt_neox' models .*only --method rope") as refused:
+        HFBackend.check_model(model, ["rope", "lampe"])
+    assert "\n" not in str(refused.value)
+    HFBackend.check_model(model, ["rope"])
+
+
+def test_a_config_the_family_cannot_run_exactly_is_refused(tmp_path):
+    model = saved_config(tmp_path, "phi3", partial_rotary_factor=0.75)
+    with pytest.raises(UnsupportedModelError, match="partial rotary"):
+        HFBackend.check_model(model, ["selfextend"])
+
+
+def test_a_supported_family_passes(tmp_path):
+    HFBackend.check_model(saved_config(tmp_path, "qwen3"), ["lampe", "dca"])
+
+
+def test_vllms_transformers_fallback_is_refused_for_a_method(tmp_path):
+    pytest.importorskip("vllm")
+    from lampe_eval.backends.vllm import VLLMBackend
+
+    model = saved_config(tmp_path, "olmo2")
+    with pytest.raises(UnsupportedModelError, match="Transformers fallback.*--backend hf"):
+        VLLMBackend.check_model(model, ["lampe"])
+    VLLMBackend.check_model(model, ["rope"])
+    HFBackend.check_model(model, ["lampe"])  # the HF backend runs OLMo 2
+
+
+@pytest.mark.usefixtures("no_model")
+def test_run_refuses_before_loading(tmp_path, capsys):
+    model = saved_config(tmp_path / "neox", "gpt_neox")
+    args = ["--model", model, "--bench", "pg19", "--len", "1k", "--method", "lampe", "--dry-run"]
+    code, _, err = cli(capsys, "run", "--out", str(tmp_path / "R"), *args)
+    assert code == 2 and "only --method rope runs on it" in one_line(err), err
