@@ -50,6 +50,8 @@ PRESETS: dict[str, ModelPreset] = {
         ModelPreset("olmo2-7b-instruct", "allenai/OLMo-2-1124-7B-Instruct", 4096, True),
         ModelPreset("phi3-mini-4k-instruct", "microsoft/Phi-3-mini-4k-instruct", 4096, True),
         ModelPreset("phi4", "microsoft/phi-4", 16384, True, "Phi-3 architecture, full rotary"),
+        ModelPreset("gemma3-1b-it", "google/gemma-3-1b-it", 32768, True, "5 local : 1 global layers"),
+        ModelPreset("gemma3-270m-it", "google/gemma-3-270m-it", 32768, True, "5 local : 1 global layers"),
     ]
 }
 DEFAULT_MODEL = "smollm2-135m"
@@ -449,28 +451,27 @@ def tiny_llama(
     vocab: int = 128,
     seed: int = 0,
     model_type: str = "llama",
-    **config: Any,
+    **extra: Any,
 ) -> Any:
     """A tiny random model of the Llama family (or any family with Llama's config fields: Mistral, Qwen2,
-    Qwen3, OLMo 2, Phi-3) for unit tests; ``config``: more config fields."""
+    Qwen3, OLMo 2, Phi-3, Gemma 3) for unit tests; ``extra``: more config fields (or other values)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     torch.manual_seed(seed)
-    config = AutoConfig.for_model(
-        model_type,
-        vocab_size=vocab,
-        hidden_size=heads * head_dim,
-        intermediate_size=2 * heads * head_dim,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=kv_heads,
-        head_dim=head_dim,
-        max_position_embeddings=window,
-        rope_parameters={"rope_type": "default", "rope_theta": rope_theta},
-        tie_word_embeddings=False,
+    fields: dict[str, Any] = {
+        "vocab_size": vocab,
+        "hidden_size": heads * head_dim,
+        "intermediate_size": 2 * heads * head_dim,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "head_dim": head_dim,
+        "max_position_embeddings": window,
+        "rope_parameters": {"rope_type": "default", "rope_theta": rope_theta},
+        "tie_word_embeddings": False,
         **({"sliding_window": None} if model_type == "mistral" else {}),
-        **config,
-    )
+    }
+    config = AutoConfig.for_model(model_type, **{**fields, **extra})
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.config._attn_implementation = "sdpa"
     return model.eval()

@@ -13,7 +13,7 @@ import torch
 from transformers.modeling_utils import AttentionInterface
 
 from lampe_eval.attention.reference import oracle_attention
-from lampe_eval.backends.hf_patch import apply_method
+from lampe_eval.backends.hf_patch import apply_method, attention_layers
 from lampe_eval.backends.rope_config import rope_base
 from lampe_eval.errors import UnsupportedModelError
 from lampe_eval.families import family_of_config
@@ -22,14 +22,28 @@ from lampe_eval.models import tiny_llama
 
 WINDOW = 32
 LENGTH = 80  # 2.5x the window: every method's segments are active
-FAMILIES = ["qwen3", "olmo2", "phi3"]
+FAMILIES = ["qwen3", "olmo2", "phi3", "gemma3_text"]
+EXTRA: dict[str, dict] = {
+    "phi3": {"pad_token_id": 0},
+    # a local layer (its own RoPE base, a window of 16) then a global one; a scale that is not 1/sqrt(D)
+    "gemma3_text": {
+        "layers": 3,
+        "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+        "sliding_window": 16,
+        "query_pre_attn_scalar": 24,
+        "rope_parameters": {
+            "full_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 500.0},
+        },
+    },
+}
 
 
 def tiny(model_type: str):
     """A random 2-layer model of the family (4 query / 2 KV heads, head dim 16); its norms' weights drawn
     away from 1 so a misplaced norm shows."""
-    extra = {"pad_token_id": 0} if model_type == "phi3" else {}
-    net = tiny_llama(window=WINDOW, layers=2, head_dim=16, model_type=model_type, **extra)
+    extra = {"layers": 2, **EXTRA.get(model_type, {})}
+    net = tiny_llama(window=WINDOW, head_dim=16, model_type=model_type, **extra)
     generator = torch.Generator().manual_seed(3)
     for name, parameter in net.named_parameters():
         if "norm" in name:
@@ -49,24 +63,44 @@ def logits(net, ids):
 
 @torch.no_grad()
 def oracle_logits(net, method, ids, monkeypatch):
-    """The family's own forward with RoPE left out and the method's positions applied by the dense oracle."""
-    model_type = net.config.model_type
-    module = importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
-    monkeypatch.setattr(module, "apply_rotary_pos_emb", lambda q, k, cos, sin, *args, **kwargs: (q, k))
+    """The family's own forward, its RoPE left out and the method's positions applied by the dense oracle
+    in the layers the method changes; the other layers (a method's skipped layers, Gemma 3's local ones)
+    run the family's own RoPE and attention."""
+    module = importlib.import_module(type(net).__module__)  # the family's modeling code
     base, n = rope_base(net), ids.shape[1]
     plan = method.plan(base, n, n)
-    plain = create_method("linear", WINDOW, n, factor=1.0).plan(base, n, n)  # RoPE: the layers left alone
-    patched = set(method.patched_layers(net.config.num_hidden_layers))
+    family = family_of_config(net.config)
+    changed = set(method.patched_layers(net.config.num_hidden_layers)) & set(family.global_layers(net.config))
+    own_rope, own_attention = module.apply_rotary_pos_emb, AttentionInterface._global_mapping["sdpa"]
+    inside: list[int] = []  # the changed layer under way
 
-    def attention(module, query, key, value, attention_mask, scaling=None, **kwargs):
-        layer_plan = plan if module.layer_idx in patched else plain
-        out = oracle_attention(query, key, value, layer_plan, 0, scaling)
+    def rope(q, k, cos, sin, *args, **kwargs):
+        return (q, k) if inside else own_rope(q, k, cos, sin, *args, **kwargs)
+
+    def attention(layer, query, key, value, attention_mask, scaling=None, **kwargs):
+        if not inside:
+            return own_attention(layer, query, key, value, attention_mask, scaling=scaling, **kwargs)
+        out = oracle_attention(query, key, value, plan, 0, scaling)
         return out.transpose(1, 2).to(query.dtype), None
 
+    monkeypatch.setattr(module, "apply_rotary_pos_emb", rope)
     monkeypatch.setitem(AttentionInterface._global_mapping, "sdpa", attention)
+
+    def enter(*_) -> None:
+        inside.append(1)
+
+    def leave(*_) -> None:
+        inside.pop()
+
+    hooks = []
+    for layer in attention_layers(net):
+        if layer.layer_idx in changed:
+            hooks += [layer.register_forward_pre_hook(enter), layer.register_forward_hook(leave)]
     try:
         return logits(net, ids)
     finally:
+        for hook in hooks:
+            hook.remove()
         monkeypatch.undo()
 
 

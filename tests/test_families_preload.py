@@ -52,3 +52,19 @@ def test_run_refuses_before_loading(tmp_path, capsys):
     args = ["--model", model, "--bench", "pg19", "--len", "1k", "--method", "lampe", "--dry-run"]
     code, _, err = cli(capsys, "run", "--out", str(tmp_path / "R"), *args)
     assert code == 2 and "only --method rope runs on it" in one_line(err), err
+
+
+def test_gemma2s_soft_capping_is_refused(tmp_path):
+    with pytest.raises(UnsupportedModelError, match="soft-capping"):
+        HFBackend.check_model(saved_config(tmp_path, "gemma2"), ["lampe"])
+
+
+def test_gemma3s_local_layers_are_refused_on_vllm_only(tmp_path):
+    pytest.importorskip("vllm")
+    from lampe_eval.backends.vllm import VLLMBackend
+
+    model = saved_config(tmp_path, "gemma3_text")
+    HFBackend.check_model(model, ["lampe"])  # the HF backend leaves the local layers alone
+    with pytest.raises(UnsupportedModelError, match="local .sliding-window. layers.*--backend hf"):
+        VLLMBackend.check_model(model, ["lampe"])
+    VLLMBackend.check_model(model, ["rope"])

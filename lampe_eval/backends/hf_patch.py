@@ -16,7 +16,8 @@ selection. A cache made elsewhere (transformers' own ``DynamicCache``, as lm-eva
 changes to the cache are noticed after the fact, and the budget comes from :func:`generation_budget`.
 
 Supported: the attention layers of the families in ``lampe_eval/families`` (Llama, Mistral, Qwen2, Qwen3,
-OLMo 2, Phi-3/4): each family says how its layer computes query, key and value before RoPE. Anything else
+OLMo 2, Phi-3/4, Gemma 3's global layers): each family says how its layer computes query, key and value
+before RoPE, and which layers a method may change. Anything else
 raises UnsupportedModelError, and so does a family's config that a method cannot run exactly.
 """
 
@@ -204,7 +205,8 @@ def apply_method(
     family = attention_family(model)
     layers = attention_layers(model)
     state = PatchState(method=method, base=base or rope_base(model, window))
-    layers = [layers[i] for i in method.patched_layers(len(layers))]  # the others keep their own attention
+    changed = set(family.global_layers(model.config))  # local (sliding-window) layers keep their attention
+    layers = [layers[i] for i in method.patched_layers(len(layers)) if i in changed]
     forward = _make_forward(state, family)
     for layer in layers:
         if _is_patched(layer):

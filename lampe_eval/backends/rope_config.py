@@ -7,15 +7,19 @@ import functools
 import importlib
 from typing import Any
 
+import torch
+
 from ..errors import UnsupportedModelError
+from ..families import family_of_config
 from ..memory import ModelShape
 from ..methods.base import RopeBase
 
 
 def rope_base(model: Any, window: int | None = None) -> RopeBase:
-    """The model's own RoPE (frequencies as the model ships them, e.g. Llama-3.1's llama3 scaling)."""
+    """The model's own RoPE (frequencies as the model ships them, e.g. Llama-3.1's llama3 scaling; the
+    global layers' for a family with local layers)."""
     rotary = getattr(getattr(model, "model", model), "rotary_emb", None)
-    if rotary is None or not hasattr(rotary, "inv_freq"):
+    if rotary is None or not _frequencies(rotary, model.config):
         raise UnsupportedModelError(
             f"{type(model).__name__}: no rotary embedding found (is it a RoPE model?)"
         )
@@ -36,9 +40,25 @@ def rope_base_from_config(config: Any, window: int | None = None) -> RopeBase:
     return _rope_base_of(classes[0](config), config, window)
 
 
+def _frequencies(rotary: Any, config: Any) -> tuple[torch.Tensor, float] | None:
+    """The rotary embedding's inverse frequencies as shipped and its attention factor, under the names the
+    config's family keeps them (the global layers' for Gemma 3)."""
+    family = family_of_config(config)
+    freq_name, scaling_name = family.rotary if family else ("original_inv_freq", "attention_scaling")
+    inv_freq = getattr(rotary, freq_name, None)
+    if inv_freq is None:
+        inv_freq = getattr(rotary, "inv_freq", None)
+    if inv_freq is None:
+        return None
+    return inv_freq, float(getattr(rotary, scaling_name, 1.0))
+
+
 def _rope_base_of(rotary: Any, config: Any, window: int | None) -> RopeBase:
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    inv_freq = getattr(rotary, "original_inv_freq", rotary.inv_freq).detach().float().clone()
+    found = _frequencies(rotary, config)
+    if found is None:
+        raise UnsupportedModelError(f"{config.model_type}: no rotary embedding found (is it a RoPE model?)")
+    inv_freq, attention_scaling = found[0].detach().float().clone(), found[1]
     if inv_freq.numel() * 2 != head_dim:
         raise UnsupportedModelError(
             f"{config.model_type}: partial rotary embeddings "
@@ -46,12 +66,13 @@ def _rope_base_of(rotary: Any, config: Any, window: int | None) -> RopeBase:
         )
     from ..models import window_from_config
 
+    family = family_of_config(config)
     return RopeBase(
         inv_freq=inv_freq,
-        attention_scaling=float(rotary.attention_scaling),
+        attention_scaling=attention_scaling,
         window=int(window or window_from_config(config)),
         head_dim=head_dim,
-        config=config,
+        config=family.global_config(config) if family else config,
     )
 
 

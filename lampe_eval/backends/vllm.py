@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from ..errors import LampeEvalError, UnsupportedModelError
+from ..families import family_of_config
 from ..memory import GIB, KeyRows, MemoryEstimate, ModelShape, estimate, kv_bytes_per_token
 from ..methods.base import Method, RopeBase
 from ..models import LoadedModel, default_device, parse_dtype
@@ -216,6 +217,10 @@ class VLLMBackend(BaseBackend):
 
         super().check_model(name, methods)
         config = known_config(name)
+        if config is not None and any(method != "rope" for method in methods):
+            why = vllm_family_refusal(config)
+            if why:
+                raise UnsupportedModelError(f"{name}: {why}")
         fallback = [a for a in getattr(config, "architectures", None) or [] if _transformers_fallback(a)]
         if fallback and any(method != "rope" for method in methods):
             raise UnsupportedModelError(
@@ -404,6 +409,10 @@ class VLLMBackend(BaseBackend):
 
     @contextmanager
     def _installed(self, method: Method) -> Iterator[None]:
+        if method.kind != "baseline":
+            why = vllm_family_refusal(self.config)
+            if why:
+                raise UnsupportedModelError(why)
         self._method = method
         self._method_copies = method_key_copies(method, self.rope_base())
         if self._llm is not None and self._method_copies != self._key_copies:
@@ -561,3 +570,20 @@ def _transformers_fallback(architecture: str) -> bool:
     except ImportError:  # no vLLM here: the engine's own check says so
         return False
     return architecture in getattr(registry, "_TRANSFORMERS_SUPPORTED_MODELS", {})
+
+
+def vllm_family_refusal(config: Any) -> str | None:
+    """What the vLLM backend cannot do for the config's family (the family's own refusals aside): a model
+    with layers a method must leave alone (Gemma 3's sliding-window layers) is patched in every layer by
+    the worker, so it is refused."""
+    family = family_of_config(config)
+    if family is None:
+        return None
+    if family.refusal(config):
+        return family.refusal(config)
+    if len(family.global_layers(config)) != config.num_hidden_layers:
+        return (
+            f"{config.model_type}: on vLLM a method would change its local (sliding-window) layers too: use "
+            "--backend hf, which leaves them alone"
+        )
+    return None

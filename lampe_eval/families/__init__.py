@@ -5,10 +5,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import llama, olmo2, phi3, qwen3
+from . import gemma, llama, olmo2, phi3, qwen3
 from .base import AttentionFamily
 
-FAMILIES: tuple[AttentionFamily, ...] = (llama.FAMILY, qwen3.FAMILY, olmo2.FAMILY, phi3.FAMILY)
+FAMILIES: tuple[AttentionFamily, ...] = (
+    llama.FAMILY,
+    qwen3.FAMILY,
+    olmo2.FAMILY,
+    phi3.FAMILY,
+    gemma.GEMMA3,
+    gemma.GEMMA2,
+)
 
 
 def attention_classes() -> tuple[str, ...]:

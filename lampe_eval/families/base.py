@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +17,10 @@ def no_refusal(config: Any) -> str | None:
     return None
 
 
+def every_layer(config: Any) -> list[int]:
+    return list(range(config.num_hidden_layers))
+
+
 @dataclass(frozen=True)
 class AttentionFamily:
     """A family of attention layers with the same arithmetic before RoPE.
@@ -23,13 +28,29 @@ class AttentionFamily:
     ``classes``: the transformers attention classes (by name); ``model_types``: the configs' ``model_type``
     values that build them; ``project``: the layer's query, key and value before RoPE, exactly as the
     layer's own forward computes them (projections, norms); ``refusal``: why a config of the family cannot
-    run a method exactly (one line), or None."""
+    run a method exactly (one line), or None; ``global_layers``: the layers a method may change (Gemma 3's
+    sliding-window layers never see a distance beyond their window: they keep their own attention);
+    ``rotary``: the names of the model's rotary embedding attributes holding the global layers' inverse
+    frequencies and attention factor; ``rope_parameters``: the key of the global layers' RoPE parameters
+    in a config that keeps one set per layer type (None: one set for the model)."""
 
     name: str
     classes: tuple[str, ...]
     model_types: tuple[str, ...]
     project: Projection
     refusal: Callable[[Any], str | None] = no_refusal
+    global_layers: Callable[[Any], list[int]] = every_layer
+    rotary: tuple[str, str] = ("original_inv_freq", "attention_scaling")
+    rope_parameters: str | None = None
+
+    def global_config(self, config: Any) -> Any:
+        """``config`` as the global layers see it: their RoPE parameters as the model's (what the frequency
+        methods read and compose with)."""
+        if self.rope_parameters is None:
+            return config
+        flat = copy.deepcopy(config)
+        flat.rope_parameters = dict(config.rope_parameters[self.rope_parameters])
+        return flat
 
 
 def heads_first(x: torch.Tensor, head_dim: int) -> torch.Tensor:

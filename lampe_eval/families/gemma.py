@@ -1,0 +1,63 @@
+"""Gemma 3 (text): Llama's projections, then an RMSNorm over each head's query and key (``q_norm``,
+``k_norm``) before RoPE, the scale ``query_pre_attn_scalar ** -0.5`` (the layer's ``scaling``), and
+sliding-window layers (``layer_types``: five local to one global in the released models) with their own
+RoPE base (transformers' ``Gemma3Attention.forward``, ``Gemma3RotaryEmbedding``). A method changes the
+global layers only, with the global layers' RoPE (``full_attention_*`` on the rotary embedding, the
+checkpoints' own linear scaling included); a local layer never sees a distance beyond its window and
+keeps its own attention. Gemma 2 is refused: its attention logits are soft-capped (``tanh``), which the
+engine's kernels do not compute."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .base import AttentionFamily, heads_first
+
+GLOBAL = "full_attention"
+
+
+def project(layer: Any, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    dim = layer.head_dim
+    query = layer.q_norm(heads_first(layer.q_proj(hidden), dim))
+    key = layer.k_norm(heads_first(layer.k_proj(hidden), dim))
+    return query, key, heads_first(layer.v_proj(hidden), dim)
+
+
+def global_layers(config: Any) -> list[int]:
+    return [i for i, kind in enumerate(config.layer_types) if kind == GLOBAL]
+
+
+def refusal(config: Any) -> str | None:
+    if getattr(config, "attn_logit_softcapping", None):
+        return f"{config.model_type}: attention logit soft-capping is not supported"
+    if getattr(config, "use_bidirectional_attention", False):
+        return f"{config.model_type}: bidirectional attention is not supported"
+    if not global_layers(config):
+        return f"{config.model_type}: no global attention layer for a method to change"
+    return None
+
+
+def gemma2_refusal(config: Any) -> str | None:
+    cap = config.attn_logit_softcapping
+    return f"{config.model_type}: attention logit soft-capping ({cap}) is not supported (only --method rope)"
+
+
+GEMMA3 = AttentionFamily(
+    name="gemma3",
+    classes=("Gemma3Attention",),
+    model_types=("gemma3_text",),
+    project=project,
+    refusal=refusal,
+    global_layers=global_layers,
+    rotary=(f"{GLOBAL}_original_inv_freq", f"{GLOBAL}_attention_scaling"),
+    rope_parameters=GLOBAL,
+)
+GEMMA2 = AttentionFamily(
+    name="gemma2",
+    classes=("Gemma2Attention",),
+    model_types=("gemma2",),
+    project=project,
+    refusal=gemma2_refusal,
+)
