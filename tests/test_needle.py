@@ -23,7 +23,12 @@ from lampe_eval.records import SampleRecord
 from lampe_eval.report import LEADERBOARD_COLUMNS, build_report
 from lampe_eval.report.data import load_records, task_scores
 from lampe_eval.report.depth import depth_grids, depths_of
-from lampe_eval.report.effective import effective_length, effective_lengths
+from lampe_eval.report.effective import (
+    effective_length,
+    effective_lengths,
+    relative_effective_lengths,
+    relative_length,
+)
 from lampe_eval.report.leaderboard import leaderboard_rows
 from tests.reportstore import NEEDLE_LENGTHS, write_needle_store, write_store
 
@@ -174,7 +179,10 @@ def test_effective_length_in_tables_leaderboard_and_html(needle_store: Path, tmp
     titles = [t.title for t in report.tables]
     assert titles.index("ruler | smollm2-135m | effective length (threshold 85.6)") == len(titles) - 1
     rows = list(csv.DictReader(io.StringIO((out / "leaderboard.csv").read_text())))
-    assert list(rows[0]) == LEADERBOARD_COLUMNS and LEADERBOARD_COLUMNS[-1] == "effective_length"
+    assert list(rows[0]) == LEADERBOARD_COLUMNS and LEADERBOARD_COLUMNS[-2:] == [
+        "effective_length",
+        "effective_length_relative",
+    ]
     assert LEADERBOARD_COLUMNS[:17] == LEADERBOARD_COLUMNS[: LEADERBOARD_COLUMNS.index("ci_high") + 1]
     by_method = {(r["method"], r["length"]): r["effective_length"] for r in rows}
     assert {by_method[("rope", str(n))] for n in NEEDLE_LENGTHS} == {"4096"}
@@ -199,6 +207,51 @@ def test_the_threshold_option(needle_store: Path, tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     assert "effective length (threshold 40)" in result.output and "| selfextend | 1k |" in result.output
+
+
+def test_the_relative_rule_on_constructed_scores() -> None:
+    """NoLiMa's rule: the longest length at or above fraction x base (ties pass, dips do not end it)."""
+    ladder = {1024: 50.0, 2048: 45.0, 4096: 42.5, 8192: 30.0, 16384: 43.0}
+    found = relative_length(ladder, 50.0, 0.85)
+    assert found is not None and found.threshold == 42.5 and found.length == 16384  # past the dip at 8k
+    assert relative_length(ladder, 55.0, 0.85).length == 1024  # 46.75 needed: 1k alone passes
+    assert relative_length(ladder, 100.0, 0.85).text() == "<1k"
+    assert relative_length(ladder, 0.0, 0.85) is None and relative_length(ladder, None, 0.85) is None
+    lower = relative_length({1024: 10.0, 2048: 11.0, 4096: 12.0}, 10.0, 0.85, higher_is_better=False)
+    assert lower is not None and lower.length == 2048  # at most 10 / 0.85
+    assert relative_length({1024: 85.0, 2048: 84.9}, 100.0, 0.85).length == 1024  # at the level passes
+
+
+def test_the_relative_effective_length_in_reports(needle_store: Path, tmp_path: Path) -> None:
+    """The base is the baseline's (rope's) score at the shortest length: every method is held to it;
+    relative:F sets the fraction; the table, leaderboard and page show it beside the absolute one."""
+    scores = task_scores(load_records([needle_store]))
+    found = relative_effective_lengths(scores)
+    levels = {e.threshold for e in found.values()}
+    assert len(levels) == 1  # one base: rope's at 1k
+    (level,) = levels
+    assert level == pytest.approx(0.85 * _mean_at(scores, "rope", 1024))
+    for (_, variant, _), e in found.items():
+        means = {n: _mean_at(scores, variant.method, n) for n in NEEDLE_LENGTHS}
+        passing = [n for n, v in means.items() if v >= level]
+        assert e.length == (max(passing) if passing else None), variant.method
+    rows = leaderboard_rows(scores, relative=0.5)
+    half = relative_effective_lengths(scores, 0.5)
+    assert {r["method"]: r["effective_length_relative"] for r in rows} == {
+        v.method: e.csv_value() for (_, v, _), e in half.items()
+    }
+    out = tmp_path / "cli"
+    args = ["report", str(needle_store), "--out", str(out), "--threshold", "relative:0.5", "--resamples", "0"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "relative (0.5 x base)" in result.output and "NoLiMa" in result.output
+    bad = CliRunner().invoke(app, [*args[:4], "--threshold", "relative:2"])
+    assert bad.exit_code != 0 and "relative:F with 0 < F <= 1" in bad.output
+
+
+def _mean_at(scores, method: str, length: int) -> float:
+    mine = [s.score for s in scores if s.variant.method == method and s.length == length]
+    return sum(mine) / len(mine)
 
 
 def test_benchmarks_without_a_threshold_have_no_effective_length(tmp_path: Path) -> None:

@@ -50,11 +50,12 @@ def report_command(
         1000, "--resamples", help="Bootstrap resamples for the 95% intervals and paired tests (0: none)."
     ),
     seed: int = typer.Option(0, "--seed", help="Seed of the bootstrap."),
-    threshold: float | None = typer.Option(
+    threshold: str | None = typer.Option(
         None,
         "--threshold",
         help="Score a length must pass to count in the effective length (default: the benchmark's own, "
-        "85.6 for RULER: Llama-2-7B at 4K).",
+        "85.6 for RULER: Llama-2-7B at 4K), or relative:F, the fraction of the base score for the relative "
+        "effective length (default relative:0.85, NoLiMa's).",
     ),
     baseline: str | None = typer.Option(
         None, "--baseline", help="Method every other is compared with (default: the one declared, rope)."
@@ -79,12 +80,14 @@ def report_command(
     Example: lampe-eval report results/table-ppl --paper ppl --format md,latex,html
     """
     from ..report import BootstrapSettings, build_report
+    from ..report.effective import parse_threshold
     from ..runner.experiment import import_plugins
 
     formats = split_list([fmt])
     try:
         import_plugins(split_list(imports))  # first: a module may register a format
         _check(formats, fmt, resamples, sample_mb)
+        absolute, relative = parse_threshold(threshold)
         report = build_report(
             results,
             out or results[0] / "report",
@@ -95,7 +98,8 @@ def report_command(
             plots=plots,
             bucket_edges=parse_lengths(buckets) if buckets else None,
             bootstrap=BootstrapSettings(resamples=resamples, seed=seed) if resamples else None,
-            threshold=threshold,
+            threshold=absolute,
+            relative=relative,
             baseline=baseline,
             highlight=split_list(highlight) or None,
             sample_bytes=int(sample_mb * 1_000_000) if sample_mb is not None else None,

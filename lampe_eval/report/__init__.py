@@ -31,7 +31,7 @@ from pathlib import Path
 from ..fileio import make_dirs
 from ..records import SampleRecord
 from .data import Presentation, load_records, one_setting_per_cell, task_scores
-from .effective import with_effective_lengths
+from .effective import RELATIVE, with_effective_lengths
 from .figure import Plot
 from .formats import REPORT_FORMATS, Report, ReportFormat, ReportInputs
 from .leaderboard import LEADERBOARD_COLUMNS
@@ -89,13 +89,14 @@ def build_report(
     highlight: Sequence[str] | None = None,
     sample_bytes: int | None = None,
     threshold: float | None = None,
+    relative: float = RELATIVE,
 ) -> Report:
     """Write the report of the results stores ``results`` into ``out`` (see the module docstring).
     ``formats``: of :data:`REPORT_FORMATS` (those marked ``always`` are written anyway); ``bootstrap``:
     interval settings (None: no intervals); ``baseline``, ``highlight``: methods to present so instead of
     the declared ones; ``sample_bytes``: report.html's budget for embedded samples (default
     :data:`~lampe_eval.report.html.SAMPLE_BYTES`); ``threshold``: the effective length's (None: each
-    benchmark's declared one)."""
+    benchmark's declared one); ``relative``: the relative effective length's fraction of the base score."""
     unknown = [f for f in formats if f not in REPORT_FORMATS]
     if unknown:
         raise ValueError(f"unknown report format(s) {unknown}: use {', '.join(REPORT_FORMATS.names())}")
@@ -113,7 +114,9 @@ def build_report(
     scores = task_scores(records)
     resampler = Bootstrap(bootstrap) if bootstrap is not None and bootstrap.resamples > 0 else None
     report = Report(
-        tables=with_effective_lengths(generic_tables(scores, resampler, presentation), scores, threshold),
+        tables=with_effective_lengths(
+            generic_tables(scores, resampler, presentation), scores, threshold, relative, presentation
+        ),
         paper_tables=[],
         warnings=warnings,
     )
@@ -137,6 +140,7 @@ def build_report(
         pictures=plots,
         sample_bytes=sample_bytes,
         threshold=threshold,
+        relative=relative,
     )
     for name in REPORT_FORMATS.names():
         fmt = REPORT_FORMATS.get(name)()

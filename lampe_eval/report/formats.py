@@ -27,6 +27,7 @@ from ..fileio import atomic_write_text
 from ..records import SampleRecord
 from ..registry import Registry
 from .data import Presentation, TaskScore
+from .effective import RELATIVE
 from .figure import Plot
 from .leaderboard import comparison_rows, comparisons_csv, leaderboard_csv, leaderboard_rows
 from .paper import Comparison, comparison_csv
@@ -59,6 +60,7 @@ class ReportInputs:
     pictures: bool  # plots (and position maps) wanted
     sample_bytes: int | None  # the page's budget for embedded samples (None: every sample)
     threshold: float | None = None  # the effective length's (None: each benchmark's declared one)
+    relative: float = RELATIVE  # the relative effective length's fraction of the base score
 
 
 class ReportFormat(ABC):
@@ -147,7 +149,8 @@ class Leaderboard(ReportFormat):
             inputs.presentation,
         )
         files = [out / "leaderboard.csv"]
-        atomic_write_text(files[0], leaderboard_csv(scores, resampler, presentation, inputs.threshold))
+        board = leaderboard_csv(scores, resampler, presentation, inputs.threshold, inputs.relative)
+        atomic_write_text(files[0], board)
         if resampler is not None:
             files.append(out / "comparisons.csv")
             atomic_write_text(files[-1], comparisons_csv(scores, resampler, presentation))
@@ -174,7 +177,9 @@ class Html(ReportFormat):
             settings=resampler.settings.describe() if resampler else "",
             tables=report.tables,
             paper_tables=report.paper_tables,
-            leaderboard=leaderboard_rows(inputs.scores, resampler, inputs.presentation, inputs.threshold),
+            leaderboard=leaderboard_rows(
+                inputs.scores, resampler, inputs.presentation, inputs.threshold, inputs.relative
+            ),
             comparisons=comparison_rows(inputs.scores, resampler, inputs.presentation) if resampler else [],
             plots=inputs.plots,
             positions=positions,

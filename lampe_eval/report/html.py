@@ -480,6 +480,7 @@ def render_html(inputs: HtmlInputs, sample_limit: int = 500) -> str:
             ("metric", "metric"), ("score", "score"), ("ci_low", "low"), ("ci_high", "high"),
             ("stderr", "stderr"), ("tasks", "tasks"), ("samples", "samples"),
             ("seconds_per_sample", "s/sample"), ("git", "git"), ("effective_length", "effective length"),
+            ("effective_length_relative", "relative effective length"),
         ]  # fmt: skip
         nav.append(("leaderboard", "leaderboard"))
         sections.append(

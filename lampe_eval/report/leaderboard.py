@@ -24,6 +24,10 @@ effective_length    the longest tested length whose benchmark score passes the b
                     (``report --threshold``; :mod:`.effective`), the same on every length row of the
                     method; ``<N`` when no tested length passes (N the shortest); empty where the
                     benchmark declares no effective length
+effective_length_relative  the longest tested length whose score is at least 0.85 x the base score (the
+                    baseline method's at the shortest tested length; NoLiMa's rule; ``report --threshold
+                    relative:F``); ``<N`` as above; empty without a positive base or a declared effective
+                    length
 ==================  ==========================================================================
 
 ``comparisons.csv`` (:func:`comparison_rows`) holds, per row, the paired comparisons with the baseline
@@ -51,7 +55,7 @@ from .data import (
     method_order,
     variant_labels,
 )
-from .effective import effective_lengths
+from .effective import RELATIVE, effective_lengths, relative_effective_lengths
 from .uncertainty import Bootstrap, Difference
 
 LEADERBOARD_COLUMNS = [
@@ -73,6 +77,7 @@ LEADERBOARD_COLUMNS = [
     "ci_low",
     "ci_high",
     "effective_length",
+    "effective_length_relative",
 ]
 
 COMPARISON_COLUMNS = [
@@ -111,10 +116,13 @@ def leaderboard_rows(
     bootstrap: Bootstrap | None = None,
     presentation: Presentation = DECLARED,
     threshold: float | None = None,
+    relative: float = RELATIVE,
 ) -> list[dict[str, object]]:
-    """``threshold``: the effective length's, replacing the benchmarks' declared ones."""
+    """``threshold``: the effective length's, replacing the benchmarks' declared ones; ``relative``: the
+    relative effective length's fraction of the base score."""
     labels = variant_labels(s.variant for s in scores)
     effective = effective_lengths(scores, threshold)
+    by_base = relative_effective_lengths(scores, relative, presentation)
     rows = []
     for (model, variant, benchmark, length), items in _groups(scores, presentation):
         metric = items[0].metric
@@ -143,6 +151,9 @@ def leaderboard_rows(
                 "effective_length": (
                     found.csv_value() if (found := effective.get((model, variant, benchmark))) else ""
                 ),
+                "effective_length_relative": (
+                    mine.csv_value() if (mine := by_base.get((model, variant, benchmark))) else ""
+                ),
             }
         )
     return rows
@@ -153,8 +164,9 @@ def leaderboard_csv(
     bootstrap: Bootstrap | None = None,
     presentation: Presentation = DECLARED,
     threshold: float | None = None,
+    relative: float = RELATIVE,
 ) -> str:
-    return _csv(LEADERBOARD_COLUMNS, leaderboard_rows(scores, bootstrap, presentation, threshold))
+    return _csv(LEADERBOARD_COLUMNS, leaderboard_rows(scores, bootstrap, presentation, threshold, relative))
 
 
 def comparison_rows(
