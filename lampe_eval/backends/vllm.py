@@ -300,19 +300,9 @@ class VLLMBackend(BaseBackend):
             return self._llm
         self.close()
         model_len = model_length(longest)
-        self._check_room(model_len, copies)
+        self.check_room(model_len, copies)
         kept = os.environ.get(KV_SPACE)
-        if self.kv_cache_bytes is None:
-            os.environ.setdefault(KV_SPACE, DEFAULT_KV_CACHE_GIB)
-        else:  # vLLM's CPU platform lets its environment variable win over the engine argument
-            os.environ.pop(KV_SPACE, None)
-        # vLLM on CPUs keeps one core away from its worker for the engine's own loop; an offline evaluation
-        # gives the worker every core (on 2 cores: 1.8x the LongBench-shaped throughput, docs/vllm.md)
-        os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
-        os.environ[vllm_plugin.ENABLE] = "1"  # the plugin acts in this engine's processes
-        os.environ[vllm_plugin.KEY_COPIES] = str(copies)  # the cache spec the engine's layers declare
-        # the worker reads each row's request from the V1 model runner's structures (vllm_attention.py)
-        os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "0"
+        self.engine_environment(copies)
         logging_config = log_to_file(self.log_file) if self.log_file else None
         if logging_config is None:
             os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # its info lines: VLLM_LOGGING_LEVEL=INFO
@@ -339,28 +329,53 @@ class VLLMBackend(BaseBackend):
     def _start(self, model_len: int) -> Any:
         from vllm import LLM
 
-        return LLM(
-            model=self.source,
-            tokenizer=self.source,
-            dtype=self.dtype,
-            max_model_len=model_len,
-            max_num_batched_tokens=self.max_batched_tokens,
-            kv_cache_memory_bytes=self.kv_cache_bytes,
+        return LLM(**self.engine_arguments(model_len))
+
+    def engine_arguments(self, model_len: int) -> dict[str, Any]:
+        """vLLM's engine arguments (``LLM``'s, ``AsyncEngineArgs``' fields) for sequences of up to
+        ``model_len`` tokens: the offline engine's and ``lampe-eval serve``'s."""
+        return {
+            "model": self.source,
+            "tokenizer": self.source,
+            "dtype": self.dtype,
+            "max_model_len": model_len,
+            "max_num_batched_tokens": self.max_batched_tokens,
+            "kv_cache_memory_bytes": self.kv_cache_bytes,
             **(
                 {"gpu_memory_utilization": self.gpu_memory_utilization} if self.gpu_memory_utilization else {}
             ),
-            max_num_seqs=self.batch_size,
-            enforce_eager=True,
-            enable_chunked_prefill=True,
-            enable_prefix_caching=False,
-            attention_backend="CUSTOM",
-            worker_extension_cls=WORKER_EXTENSION,
+            "max_num_seqs": self.batch_size,
+            "enforce_eager": True,
+            "enable_chunked_prefill": True,
+            "enable_prefix_caching": False,
+            "attention_backend": "CUSTOM",
+            "worker_extension_cls": WORKER_EXTENSION,
             # positions past the config's own length are the methods' business, not an error
-            hf_overrides={"max_position_embeddings": max(model_len, self._config_positions())},
-            seed=0,
-        )
+            "hf_overrides": {"max_position_embeddings": max(model_len, self._config_positions())},
+            "seed": 0,
+        }
 
-    def _check_room(self, model_len: int, copies: int) -> None:
+    def engine_environment(self, copies: int) -> None:
+        """The environment vLLM's processes read as they start: the plugin on, the key copies the cache
+        holds, the model runner the worker reads, the CPU's KV cache and cores."""
+        if self.kv_cache_bytes is None:
+            os.environ.setdefault(KV_SPACE, DEFAULT_KV_CACHE_GIB)
+        else:  # vLLM's CPU platform lets its environment variable win over the engine argument
+            os.environ.pop(KV_SPACE, None)
+        # vLLM on CPUs keeps one core away from its worker for the engine's own loop; an offline evaluation
+        # gives the worker every core (on 2 cores: 1.8x the LongBench-shaped throughput, docs/vllm.md)
+        os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
+        os.environ[vllm_plugin.ENABLE] = "1"  # the plugin acts in this engine's processes
+        os.environ[vllm_plugin.KEY_COPIES] = str(copies)  # the cache spec the engine's layers declare
+        # the worker reads each row's request from the V1 model runner's structures (vllm_attention.py)
+        os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "0"
+
+    def install_arguments(self, method: Method) -> tuple[str, str, str, int]:
+        """What the workers' ``install`` takes for ``method`` (and hands back as the method rebuilt)."""
+        params = json.dumps(method.params(), sort_keys=True, default=str)
+        return method.name, params, self.config.to_json_string(use_diff=False), self.lm.pretraining_window
+
+    def check_room(self, model_len: int, copies: int) -> None:
         """One line, before the weights load, when the KV cache set for the engine (CPU: the bytes given, or
         ``VLLM_CPU_KVCACHE_SPACE``) cannot hold one sequence of ``model_len`` tokens."""
         found = preset_kv_cache(self.kv_cache_bytes, self.device)
@@ -427,11 +442,7 @@ class VLLMBackend(BaseBackend):
                 self._rpc("uninstall")
 
     def _install_in_engine(self, method: Method) -> None:
-        params = json.dumps(method.params(), sort_keys=True, default=str)
-        config = self.config.to_json_string(use_diff=False)
-        for _, rebuilt in self._rpc("install", method.name, params, config, self.lm.pretraining_window):
-            if rebuilt != params:  # never run a method other than the one the records will name
-                raise LampeEvalError(f"vllm: {method.name} rebuilt in the worker as {rebuilt}, not {params}")
+        check_installed(method, self._rpc("install", *self.install_arguments(method)))
 
     def start(self, longest: int) -> None:
         """Start the engine (if none runs that fits) for sequences of up to ``longest`` tokens and the
@@ -587,3 +598,12 @@ def vllm_family_refusal(config: Any) -> str | None:
             "--backend hf, which leaves them alone"
         )
     return None
+
+
+def check_installed(method: Method, answers: Sequence[tuple[Any, str]]) -> None:
+    """Every worker rebuilt ``method`` with its parameters (the workers' ``install`` answers): never run a
+    method other than the one the records name."""
+    params = json.dumps(method.params(), sort_keys=True, default=str)
+    for _, rebuilt in answers:
+        if rebuilt != params:
+            raise LampeEvalError(f"vllm: {method.name} rebuilt in the worker as {rebuilt}, not {params}")

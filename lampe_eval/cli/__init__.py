@@ -22,6 +22,7 @@ from .listing import list_command
 from .params import RegistryHelpCommand
 from .report import report_command
 from .run import run_command
+from .serve import serve_command
 from .show_positions import show_positions_command
 from .show_prompt import show_prompt_command
 
@@ -39,6 +40,7 @@ for _name, _command in (
     ("show-positions", show_positions_command),
     ("fit", fit_command),
     ("dpe-select", dpe_select_command),
+    ("serve", serve_command),
 ):
     app.command(_name, cls=RegistryHelpCommand)(_command)
 

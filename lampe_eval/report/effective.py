@@ -12,10 +12,10 @@ effective length is under the shortest one (``<1k``); when the longest passes, i
 Beside it, the **relative** effective length (NoLiMa, Modarressi et al., ICML 2025, adobe-research/NoLiMa:
 "the maximum length at which the model's score remains above 85% of its base score"): the longest tested
 length whose score is at least ``fraction`` (0.85; ``report --threshold relative:0.9``) times a base
-score. The base is the baseline method's score (``rope`` unless ``report --baseline``) at the shortest
-length tested for that benchmark and model, so every method is held to the unpatched model's own
-short-context ability; where the baseline has no score there, each method's own score at its shortest
-length. An absolute threshold such as RULER's 85.6 is never reached by small models (every method
+score. The base is the baseline method's score (the declared baseline unless ``report --baseline``) at
+the shortest length tested for that benchmark and model, so every method is held to the unpatched
+model's own short-context ability; where the baseline has no score there, each method's own score at
+its shortest length. An absolute threshold such as 85.6 is never reached by small models (every method
 ``<1k``); the relative one still separates them. A base of 0 (or none) gives no relative length (``-``).
 """
 
