@@ -30,6 +30,7 @@ class RunSettings:
     gpu_memory_utilization: float | None = None
     # where such an engine writes its own log lines (``run``: OUT/engine.log); None: its default (stderr)
     engine_log: str | None = None
+    endpoints: tuple[str, ...] = ()  # OpenAI-compatible servers of the model (``--backend openai``)
     ray: bool = False
     ray_address: str | None = None
     ray_init: Mapping[str, Any] | None = field(default=None, hash=False, compare=False)

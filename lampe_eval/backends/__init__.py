@@ -24,7 +24,7 @@ from .base import (
 )
 
 # The backends that ship with lampe-eval: each module registers its class on import.
-for _module in ("hf", "vllm"):
+for _module in ("hf", "vllm", "openai"):
     importlib.import_module(f"{__name__}.{_module}")
 
 

@@ -259,3 +259,14 @@ def family_refusal(name: str, methods: Sequence[str]) -> str | None:
             "--method rope runs on it"
         )
     return family.refusal(config)
+
+
+def nll_sums(logprobs: list[float], tail_from: int | None, seconds: float) -> TokenNLL:
+    """Summed NLL (fp64) of tokens 1..L-1 from their log-probabilities, and of those at positions
+    >= ``tail_from`` (default the last quarter), as :func:`lampe_eval.backends.hf.chunked_nll_rows`
+    counts them (the engines that return log-probabilities: vLLM, an endpoint)."""
+    length = len(logprobs) + 1
+    tail_from = length - length // 4 if tail_from is None else tail_from
+    total = -sum(logprobs)
+    tail = -sum(logprobs[max(tail_from, 1) - 1 :])
+    return TokenNLL(total, length - 1, tail, max(0, length - max(tail_from, 1)), seconds)

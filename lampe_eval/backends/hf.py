@@ -63,6 +63,8 @@ class HFBackend(BaseBackend):
             "--kv-cache-gib": settings.kv_cache_gib,
             "--gpu-memory-utilization": settings.gpu_memory_utilization,
         }
+        if settings.endpoints:
+            raise LampeEvalError("--endpoint is for --backend openai (a model served elsewhere): drop it")
         given = [flag for flag, value in engine.items() if value is not None]
         if given:
             raise LampeEvalError(

@@ -43,6 +43,7 @@ from .base import (
     Placement,
     Request,
     TokenNLL,
+    nll_sums,
 )
 from .plans import method_key_copies
 from .rope_config import model_shape, rope_base_from_config
@@ -188,6 +189,8 @@ class VLLMBackend(BaseBackend):
     def check_settings(cls, settings: RunSettings) -> None:
         """One-line refusals of run settings the vLLM backend cannot honour, before any model loads."""
         check_vllm_installed()
+        if settings.endpoints:
+            raise LampeEvalError("--endpoint is for --backend openai (a model served elsewhere): drop it")
         if settings.device_map or settings.gpus_per_worker > 1:
             raise LampeEvalError(
                 "--backend vllm places the model itself: drop --device-map/--gpus-per-worker (vLLM's tensor "
@@ -536,7 +539,7 @@ class VLLMBackend(BaseBackend):
         for request in requests:  # one prompt per call: prompt log-probabilities hold L x vocab logits
             start = time.perf_counter()
             logprobs = self.prompt_logprobs(request.input_ids)
-            results.append(_nll_sums(logprobs, request.tail_from, time.perf_counter() - start))
+            results.append(nll_sums(logprobs, request.tail_from, time.perf_counter() - start))
         return results
 
     def prompt_logprobs(self, input_ids: Sequence[int]) -> list[float]:
@@ -562,16 +565,6 @@ def model_length(longest: int) -> int:
     :data:`LENGTH_STEP` (a 128K prompt and its generation stay near 128K, not 256K), at least
     :data:`MIN_MODEL_LEN`."""
     return max(MIN_MODEL_LEN, -(-longest // LENGTH_STEP) * LENGTH_STEP)
-
-
-def _nll_sums(logprobs: list[float], tail_from: int | None, seconds: float) -> TokenNLL:
-    """Summed NLL (fp64) of tokens 1..L-1 and of those at positions >= ``tail_from`` (default the last
-    quarter), as :func:`lampe_eval.backends.hf.chunked_nll_rows` counts them."""
-    length = len(logprobs) + 1
-    tail_from = length - length // 4 if tail_from is None else tail_from
-    total = -sum(logprobs)
-    tail = -sum(logprobs[max(tail_from, 1) - 1 :])
-    return TokenNLL(total, length - 1, tail, max(0, length - max(tail_from, 1)), seconds)
 
 
 def _transformers_fallback(architecture: str) -> bool:

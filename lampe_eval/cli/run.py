@@ -79,7 +79,8 @@ def run_command(
     backend: str | None = typer.Option(
         None,
         "--backend",
-        help="Inference backend: {backends} (default hf; vllm needs pip install vllm), or one an --import "
+        help="Inference backend: {backends} (default hf; vllm needs pip install vllm; openai: --endpoint), "
+        "or one an --import "
         "module registers (docs/backends.md).",
     ),
     kv_cache_gib: float | None = typer.Option(
@@ -87,6 +88,12 @@ def run_command(
     ),
     gpu_memory_utilization: float | None = typer.Option(
         None, "--gpu-memory-utilization", help="vLLM: the share of the GPU the engine may take (vLLM's 0.9)."
+    ),
+    endpoint: str | None = typer.Option(
+        None,
+        "--endpoint",
+        help="--backend openai: OpenAI-compatible server(s) of the model, e.g. http://127.0.0.1:8000 "
+        "(comma-separated: the requests go to each in turn).",
     ),
     ray: bool = typer.Option(False, "--ray", help="Run the workers as Ray actors (one per GPU)."),
     ray_address: str | None = typer.Option(
@@ -130,6 +137,7 @@ def run_command(
             batch_size=batch_size,
             kv_cache_gib=kv_cache_gib,
             gpu_memory_utilization=gpu_memory_utilization,
+            endpoints=tuple(split_list([endpoint])) if endpoint else (),
             ray=ray,
             ray_address=ray_address,
         )
