@@ -2,7 +2,8 @@
 
 (a) every method's attention on random inputs (4K on CUDA, bf16): the engine on its kernel backend
     (``lampe_eval/attention/kernels.py``) against the portable fp32 path and against the dense oracle
-    (rows at the start, middle and end of the sequence);
+    (rows at the start, middle and end of the sequence), and a prefill continued from the middle against
+    the whole prefill's rows;
 (b) a Llama-shaped random model, patched with every method whose mapping is the identity at this
     length, against the unpatched model (equal within bf16 rounding);
 (c) prefill and one decode step of every method against plain FlashAttention (the same kernel, one
@@ -128,9 +129,14 @@ def check_attention(
             )
             oracle_err = max(oracle_err, (fast[:, :, sl].cpu() - ref).abs().max().item())
         portable_err = (fast - portable).abs().max().item()
+        middle = length // 2 + length // 8 + 1  # a continued prefill: fewer queries than keys
+        continued = segmented_attention(q[:, :, middle:], k, v, plan, middle, scale).float()
+        continued_err = (continued - fast[:, :, middle:]).abs().max().item()
         row.cells["(a) vs portable"] = f"{portable_err:.1e}"
         row.cells["(a) vs oracle"] = f"{oracle_err:.1e}"
-        for what, err in (("vs portable", portable_err), ("vs oracle", oracle_err)):
+        row.cells["(a) continued"] = f"{continued_err:.1e}"
+        checks = (("vs portable", portable_err), ("vs oracle", oracle_err), ("continued", continued_err))
+        for what, err in checks:
             if not err <= tol:
                 row.failed.append(f"(a) attention {what}: max error {err:.2e} > {tol:.0e}")
 
