@@ -185,3 +185,35 @@ def test_a_job_whose_method_the_server_does_not_run_is_refused_in_one_line(serve
     assert (
         result.exit_code != 0 and "serves lampe(" in result.output and "asks for selfextend" in result.output
     )
+
+
+# ---------------------------------------------------------- a harness this project did not write: lm-eval
+def test_lm_evals_local_completions_gets_what_lm_eval_gets_in_process(server, qwen3):
+    """lm-evaluation-harness's own OpenAI-compatible client (``local-completions``) against the server
+    gives the greedy answers that lm-eval's in-process run of the same method gives (``--model lampe``)."""
+    pytest.importorskip("tenacity")  # lm-eval's API models need it
+    from lm_eval import simple_evaluate
+    from lm_eval.tasks import TaskManager
+
+    import lampe_eval.integrations.lm_eval  # noqa: F401 - registers --model lampe
+
+    from .test_lm_eval import TASK_DIR, responses
+
+    common = {
+        "tasks": ["lampe_fixture_gen"],
+        "task_manager": TaskManager(include_path=str(TASK_DIR), include_defaults=False),
+        "log_samples": True,
+        "bootstrap_iters": 0,
+    }
+    served = simple_evaluate(
+        model="local-completions",
+        model_args=f"base_url={server[0]}/v1/completions,model=qwen3,tokenizer={qwen3},max_length={LONGEST}",
+        **common,
+    )
+    local = simple_evaluate(
+        model="lampe", model_args=f"pretrained={qwen3},method=lampe,length={LONGEST}", device="cpu", **common
+    )
+    assert served is not None and local is not None
+    got, expected = responses(served, "lampe_fixture_gen"), responses(local, "lampe_fixture_gen")
+    assert len(got) == len(expected) > 0 and got == expected
+    assert any(str(answer).strip("[]' ") for answer in got), got  # not only empty answers
