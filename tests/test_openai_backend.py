@@ -1,0 +1,157 @@
+"""``--backend openai`` against a fake OpenAI-compatible server (a thread on 127.0.0.1, no model): what it
+sends, what it reads back, and its faults: a 5xx or a 429 is tried again, a 4xx is one line with the
+server's reason, an unreachable endpoint is one line after the last try, a server without ``/lampe`` runs
+``rope`` only, a server that returns no token ids is refused, and the settings it cannot honour are refused
+before anything loads. The real server: tests/test_serve.py."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from lampe_eval.backends import openai as remote
+from lampe_eval.backends.base import GenerationRequest, NLLRequest
+from lampe_eval.backends.openai import OpenAIBackend
+from lampe_eval.errors import LampeEvalError
+from lampe_eval.methods import create_method
+from lampe_eval.settings import RunSettings
+
+
+class Fake:
+    """What the fake server answers: ``failures`` 5xx answers first, ``lampe`` for GET /lampe (None: 404),
+    and the completions it returns; ``seen`` holds the bodies it received."""
+
+    def __init__(self) -> None:
+        self.failures = 0
+        self.lampe: dict[str, Any] | None = None
+        self.token_ids: list[int] | None = [11, 12, 2, 13]
+        self.status = 200
+        self.seen: list[dict[str, Any]] = []
+
+
+@pytest.fixture
+def fake():
+    state = Fake()
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def reply(self, status: int, body: dict[str, Any]) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:
+            if self.path == "/v1/models":
+                self.reply(200, {"data": [{"id": "served"}]})
+            elif self.path == "/lampe" and state.lampe is not None:
+                self.reply(200, state.lampe)
+            else:
+                self.reply(404, {"detail": "Not Found"})
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            state.seen.append(body)
+            if state.failures:
+                state.failures -= 1
+                self.reply(503, {"error": {"message": "busy"}})
+                return
+            if state.status != 200:
+                self.reply(state.status, {"error": {"message": "This model's maximum context length is 4"}})
+                return
+            ids = body["prompt"][0]
+            choice: dict[str, Any] = {"text": "", "token_ids": state.token_ids}
+            if body.get("prompt_logprobs") is not None:
+                choice["prompt_logprobs"] = [None] + [{str(t): {"logprob": -0.5}} for t in ids[1:]]
+            self.reply(200, {"choices": [choice]})
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    state.url = f"http://127.0.0.1:{server.server_address[1]}"  # type: ignore[attr-defined]
+    yield state
+    server.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def quick_retries(monkeypatch):
+    monkeypatch.setattr(remote, "RETRY_SECONDS", (0, 0))
+
+
+def test_generation_sends_the_tokens_and_reads_the_tokens_back(fake, lm):
+    backend = OpenAIBackend(lm, [fake.url])
+    with backend.install(create_method("rope", 8192, 8192)):
+        (got,) = backend.generate([GenerationRequest("", 4, input_ids=(5, 6, 7), stop_token_ids=(13,))])
+    sent = fake.seen[-1]
+    assert sent["prompt"] == [[5, 6, 7]] and sent["model"] == "served" and sent["temperature"] == 0
+    assert sent["ignore_eos"] and sent["return_token_ids"] and 13 in sent["stop_token_ids"]
+    assert got.token_ids == (11, 12, 2) and got.prompt_tokens == 3  # cut at SmolLM2's end token (2)
+
+
+def test_perplexity_reads_each_prompt_tokens_log_probability(fake, lm):
+    (nll,) = OpenAIBackend(lm, [fake.url]).token_nll([NLLRequest((1, 2, 3, 4, 5))])
+    assert fake.seen[-1]["prompt_logprobs"] == 0
+    assert nll.tokens == 4 and nll.nll_sum == pytest.approx(2.0) and nll.tokens_tail == 1
+
+
+def test_a_5xx_is_tried_again_and_a_4xx_is_one_line(fake, lm):
+    backend = OpenAIBackend(lm, [fake.url])
+    fake.failures = 2
+    assert backend.generate([GenerationRequest("", 4, input_ids=(5,))])[0].token_ids == (11, 12, 2)
+    assert len(fake.seen) == 3
+    fake.status = 400
+    with pytest.raises(LampeEvalError, match="HTTP 400: This model's maximum context length is 4") as error:
+        backend.generate([GenerationRequest("", 4, input_ids=(5,))])
+    assert "\n" not in str(error.value) and len(fake.seen) == 4  # not tried again
+
+
+def test_an_endpoint_that_stays_down_is_one_line_after_the_last_try(fake, lm):
+    fake.failures = 10
+    with pytest.raises(LampeEvalError, match=r"HTTP 503: busy \(after 3 tries\)"):
+        OpenAIBackend(lm, [fake.url]).generate([GenerationRequest("", 4, input_ids=(5,))])
+    with pytest.raises(LampeEvalError, match=r"after 3 tries"):
+        OpenAIBackend(lm, ["http://127.0.0.1:9"])  # nothing listens there
+
+
+def test_the_method_must_be_the_servers(fake, lm):
+    lampe = create_method("lampe", 1024, 4096)
+    with (
+        pytest.raises(LampeEvalError, match="without a method .no /lampe.: only --method rope"),
+        OpenAIBackend(lm, [fake.url]).install(lampe),
+    ):
+        pass
+    fake.lampe = {"method": "lampe", "label": lampe.label(), "params": json.loads(json.dumps(lampe.params()))}
+    with OpenAIBackend(lm, [fake.url]).install(lampe):
+        pass
+    selfextend = create_method("selfextend", 1024, 4096)
+    with (
+        pytest.raises(LampeEvalError, match="asks for selfextend"),
+        OpenAIBackend(lm, [fake.url]).install(selfextend),
+    ):
+        pass
+
+
+def test_a_server_without_token_ids_is_refused(fake, lm):
+    fake.token_ids = None
+    with pytest.raises(LampeEvalError, match="no token ids"):
+        OpenAIBackend(lm, [fake.url]).generate([GenerationRequest("", 4, input_ids=(5,))])
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (RunSettings(backend="openai"), "needs --endpoint"),
+        (RunSettings(backend="openai", endpoints=("localhost:8000",)), "give an http:// or https:// URL"),
+        (RunSettings(backend="openai", endpoints=("http://x",), dtype="bf16"), "--dtype sets up a local"),
+    ],
+)
+def test_settings_it_cannot_honour_are_refused(settings, message):
+    with pytest.raises(LampeEvalError, match=message):
+        OpenAIBackend.check_settings(settings)
