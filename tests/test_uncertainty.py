@@ -223,10 +223,12 @@ def test_leaderboard_appends_intervals_and_comparisons_name_seed_and_resamples(n
     scores = task_scores(load_records([noisy_store]))
     bootstrap = Bootstrap(BootstrapSettings(resamples=500, seed=7))
     rows = leaderboard_rows(scores, bootstrap)
-    assert list(rows[0]) == LEADERBOARD_COLUMNS and LEADERBOARD_COLUMNS[-4:-1] == [
+    intervals = LEADERBOARD_COLUMNS.index("stderr")
+    assert list(rows[0]) == LEADERBOARD_COLUMNS and LEADERBOARD_COLUMNS[intervals : intervals + 4] == [
         "stderr",
         "ci_low",
         "ci_high",
+        "effective_length",
     ]
     for row in rows:
         assert row["ci_low"] <= row["score"] <= row["ci_high"] and row["stderr"] > 0
