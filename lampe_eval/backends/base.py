@@ -173,7 +173,7 @@ class BaseBackend(abc.ABC):
     def check_model(cls, name: str, methods: Sequence[str] = ()) -> None:
         """Raise one line for a model name this backend cannot load, or whose attention cannot take one of
         ``methods`` (called without loading it; a config only loading reads is not checked)."""
-        why = family_refusal(name, methods)
+        why = family_refusal(name, known_config(name), methods)
         if why:
             raise UnsupportedModelError(why)
 
@@ -241,14 +241,11 @@ def _check_backend(cls: type[BaseBackend]) -> None:
 BACKENDS: Registry[BaseBackend] = Registry("backend", check=_check_backend)
 
 
-def family_refusal(name: str, methods: Sequence[str]) -> str | None:
-    """Why ``methods`` cannot run on model ``name`` (its config read without loading): a family whose
-    attention no method can be installed in, or a config of its family that a method cannot run exactly.
-    None when every method is ``rope`` (nothing is installed) or the config is not readable here."""
-    if all(method == "rope" for method in methods):
-        return None
-    config = known_config(name)
-    if config is None:
+def family_refusal(name: str, config: Any, methods: Sequence[str]) -> str | None:
+    """Why ``methods`` cannot run on model ``name`` of ``config``: a family whose attention no method can
+    be installed in, or a config of its family that a method cannot run exactly. None when every method is
+    ``rope`` (nothing is installed) or the config is unknown (None: only loading would read it)."""
+    if config is None or all(method == "rope" for method in methods):
         return None
     family = family_of_config(config)
     if family is None:

@@ -36,7 +36,7 @@ from .base import (
 )
 from .hf_patch import PatchHandle, apply_method, attention_family, attention_layers, new_cache
 from .rope_config import model_shape, rope_base
-from .text import cut_at_stops, eos_ids, until_eos
+from .text import eos_ids, finish
 
 R = TypeVar("R", GenerationRequest, NLLRequest)
 T = TypeVar("T", Generation, TokenNLL)
@@ -210,8 +210,7 @@ class HFBackend(BaseBackend):
         seconds = (time.perf_counter() - start) / len(requests)
         results = []
         for row, request in zip(output, requests, strict=True):
-            tokens = until_eos(row[prompt_tokens:], eos)
-            text = cut_at_stops(self.lm.tokenizer.decode(tokens, skip_special_tokens=True), request.stop)
+            tokens, text = finish(row[prompt_tokens:], eos, request.stop, self.lm.tokenizer)
             results.append(
                 Generation(text, prompt_tokens, int(tokens.shape[0]), seconds, tuple(tokens.tolist()))
             )

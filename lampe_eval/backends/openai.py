@@ -44,7 +44,7 @@ from .base import (
     nll_sums,
 )
 from .rope_config import rope_base_from_config
-from .text import cut_at_stops, eos_ids, until_eos
+from .text import directory_eos_ids, finish
 
 API_KEY = "OPENAI_API_KEY"  # sent as the bearer token when set (lampe-eval serve --api-key)
 RETRY_SECONDS = (1, 2, 4, 8)  # waits between the tries of one request
@@ -61,7 +61,7 @@ class OpenAIBackend(BaseBackend):
         super().__init__(lm, batch_size)
         self.endpoints = [url.rstrip("/") for url in endpoints]
         self.served: list[dict[str, Any] | None] = [served_method(url) for url in self.endpoints]
-        self._eos = eos_ids(_generation_config(lm.extra.get("source")), lm.tokenizer)
+        self._eos = directory_eos_ids(lm.extra.get("source"), lm.tokenizer)  # what the HF backend stops at
         self._model = self._model_name()
 
     # ------------------------------------------------------------------------- before loading
@@ -172,8 +172,8 @@ class OpenAIBackend(BaseBackend):
         tokens = answer["choices"][0].get("token_ids")
         if tokens is None:
             raise LampeEvalError(f"{url} returned no token ids (return_token_ids): use a vLLM server")
-        kept = until_eos(torch.tensor(tokens, dtype=torch.long), self._eos | set(request.stop_token_ids))
-        text = cut_at_stops(self.lm.tokenizer.decode(kept, skip_special_tokens=True), request.stop)
+        eos = self._eos | set(request.stop_token_ids)
+        kept, text = finish(torch.tensor(tokens, dtype=torch.long), eos, request.stop, self.lm.tokenizer)
         return Generation(text, len(ids), int(kept.shape[0]), seconds, tuple(kept.tolist()))
 
     def _nll_one(self, url: str, request: NLLRequest) -> TokenNLL:
@@ -259,13 +259,3 @@ def _message(error: urllib.error.HTTPError) -> str:
     except (ValueError, AttributeError):
         text = str(error.reason)
     return text.strip().splitlines()[0][:300] if text.strip() else str(error.code)
-
-
-def _generation_config(source: str | None) -> Any:
-    """The model directory's generation config (its end tokens), or None."""
-    from transformers import GenerationConfig
-
-    try:
-        return GenerationConfig.from_pretrained(source) if source else None
-    except (OSError, ValueError):
-        return None

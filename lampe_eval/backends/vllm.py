@@ -43,11 +43,12 @@ from .base import (
     Placement,
     Request,
     TokenNLL,
+    family_refusal,
     nll_sums,
 )
 from .plans import method_key_copies
 from .rope_config import model_shape, rope_base_from_config
-from .text import cut_at_stops, eos_ids, until_eos
+from .text import directory_eos_ids, finish
 
 KV_SPACE = "VLLM_CPU_KVCACHE_SPACE"  # vLLM's CPU KV cache, whole GiB
 DEFAULT_KV_CACHE_GIB = "4"  # VLLM_CPU_KVCACHE_SPACE when the user set none
@@ -182,7 +183,7 @@ class VLLMBackend(BaseBackend):
         self._key_copies = 1  # what the running engine's cache holds
         self._method_copies: int | None = None  # what the installed method keeps (None: no method)
         self._method: Method | None = None
-        self._eos = self._eos_ids()
+        self._eos = directory_eos_ids(self.source, lm.tokenizer)  # what the HF backend stops at
 
     # ------------------------------------------------------------------------- before loading
     @classmethod
@@ -214,22 +215,8 @@ class VLLMBackend(BaseBackend):
     @classmethod
     def check_model(cls, name: str, methods: Sequence[str] = ()) -> None:
         """Refuse, before loading, a model the vLLM backend cannot load (a .gguf file), one whose family
-        cannot take a method, and one vLLM runs through its Transformers fallback (no vLLM attention
-        module of its own for the method to replace: OLMo 2 in vLLM 0.32)."""
+        cannot take a method, and one this engine cannot run a method on (:func:`engine_refusal`)."""
         from ..models import known_config, resolve_source
-
-        super().check_model(name, methods)
-        config = known_config(name)
-        if config is not None and any(method != "rope" for method in methods):
-            why = vllm_family_refusal(config)
-            if why:
-                raise UnsupportedModelError(f"{name}: {why}")
-        fallback = [a for a in getattr(config, "architectures", None) or [] if _transformers_fallback(a)]
-        if fallback and any(method != "rope" for method in methods):
-            raise UnsupportedModelError(
-                f"{name}: vLLM runs {fallback[0]} through its Transformers fallback, whose attention "
-                "lampe-eval cannot replace: use --backend hf (or --method rope)"
-            )
 
         source, _ = resolve_source(name)
         if source.endswith(".gguf"):
@@ -237,6 +224,13 @@ class VLLMBackend(BaseBackend):
                 f"{name}: the vLLM backend loads Hugging Face model directories, not .gguf files: save the "
                 "model with save_pretrained and pass that directory (or use --backend hf)"
             )
+        config = known_config(name)
+        why = family_refusal(name, config, methods)
+        if why is None and config is not None and any(method != "rope" for method in methods):
+            found = engine_refusal(config)
+            why = f"{name}: {found}" if found else None
+        if why:
+            raise UnsupportedModelError(why)
 
     @classmethod
     def memory_estimate(
@@ -428,7 +422,7 @@ class VLLMBackend(BaseBackend):
     @contextmanager
     def _installed(self, method: Method) -> Iterator[None]:
         if method.kind != "baseline":
-            why = vllm_family_refusal(self.config)
+            why = family_refusal(self.source, self.config, [method.name]) or engine_refusal(self.config)
             if why:
                 raise UnsupportedModelError(why)
         self._method = method
@@ -487,16 +481,6 @@ class VLLMBackend(BaseBackend):
             return list(request.input_ids)
         return prompt_ids(self.lm.tokenizer, request.prompt)
 
-    def _eos_ids(self) -> set[int]:
-        """What the Hugging Face backend stops at, from the model directory's generation config."""
-        from transformers import GenerationConfig
-
-        try:
-            config = GenerationConfig.from_pretrained(self.source)
-        except (OSError, ValueError):
-            config = None
-        return eos_ids(config, self.lm.tokenizer)
-
     # ------------------------------------------------------------------------------ generation
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
         """Every request in one ``LLM.generate`` call: each sequence's plan follows its own prompt length
@@ -528,8 +512,8 @@ class VLLMBackend(BaseBackend):
         self, request: GenerationRequest, prompt: list[int], output: Any, seconds: float
     ) -> Generation:
         eos = self._eos | set(request.stop_token_ids)
-        tokens = until_eos(torch.tensor(list(output.outputs[0].token_ids), dtype=torch.long), eos)
-        text = cut_at_stops(self.lm.tokenizer.decode(tokens, skip_special_tokens=True), request.stop)
+        new = torch.tensor(list(output.outputs[0].token_ids), dtype=torch.long)
+        tokens, text = finish(new, eos, request.stop, self.lm.tokenizer)
         return Generation(text, len(prompt), int(tokens.shape[0]), seconds, tuple(tokens.tolist()))
 
     # ------------------------------------------------------------------------------------ NLL
@@ -576,16 +560,19 @@ def _transformers_fallback(architecture: str) -> bool:
     return architecture in getattr(registry, "_TRANSFORMERS_SUPPORTED_MODELS", {})
 
 
-def vllm_family_refusal(config: Any) -> str | None:
-    """What the vLLM backend cannot do for the config's family (the family's own refusals aside): a model
-    with layers a method must leave alone (Gemma 3's sliding-window layers) is patched in every layer by
-    the worker, so it is refused."""
+def engine_refusal(config: Any) -> str | None:
+    """What the vLLM backend cannot run a method on beyond the families' own refusals: an architecture vLLM
+    runs through its Transformers fallback (no vLLM attention module of its own for the method to replace:
+    OLMo 2 in vLLM 0.32), and a model with layers a method must leave alone (Gemma 3's sliding-window
+    layers), since the worker patches every layer."""
+    fallback = [a for a in getattr(config, "architectures", None) or [] if _transformers_fallback(a)]
+    if fallback:
+        return (
+            f"vLLM runs {fallback[0]} through its Transformers fallback, whose attention lampe-eval cannot "
+            "replace: use --backend hf (or --method rope)"
+        )
     family = family_of_config(config)
-    if family is None:
-        return None
-    if family.refusal(config):
-        return family.refusal(config)
-    if len(family.global_layers(config)) != config.num_hidden_layers:
+    if family is not None and len(family.global_layers(config)) != config.num_hidden_layers:
         return (
             f"{config.model_type}: on vLLM a method would change its local (sliding-window) layers too: use "
             "--backend hf, which leaves them alone"
