@@ -46,7 +46,7 @@ from lampe_eval.lengths import parse_length
 from lampe_eval.memory import GIB
 from lampe_eval.methods import METHODS, RopeBase, create_method
 from lampe_eval.methods.resolve import resolve_method
-from lampe_eval.models import LoadedModel, tiny_llama
+from lampe_eval.models import LoadedModel, shaped_config, tiny_llama
 from lampe_eval.settings import RunSettings
 
 # the official 8B shape (Llama-3-8B): 32 query heads, 8 KV heads, head_dim 128, 8K window
@@ -375,20 +375,17 @@ class ModelShapeArgs:
 def random_model(shape: ModelShapeArgs, device: str, dtype: torch.dtype, where: str) -> LoadedModel:
     """A random Llama of ``shape`` on ``device``, its config saved in ``where`` (the directory is the model's
     name: the estimate reads its config there, as for any local model)."""
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
 
-    config = AutoConfig.for_model(
-        "llama",
-        vocab_size=shape.vocab,
-        hidden_size=shape.heads * shape.dim,
-        intermediate_size=shape.intermediate,
-        num_hidden_layers=shape.layers,
-        num_attention_heads=shape.heads,
-        num_key_value_heads=shape.kv_heads,
+    config = shaped_config(
+        layers=shape.layers,
+        heads=shape.heads,
+        kv_heads=shape.kv_heads,
         head_dim=shape.dim,
-        max_position_embeddings=shape.window,
-        rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
-        tie_word_embeddings=False,
+        window=shape.window,
+        rope_theta=500000.0,
+        vocab=shape.vocab,
+        intermediate_size=shape.intermediate,
     )
     config.save_pretrained(where)
     torch.manual_seed(0)

@@ -455,9 +455,41 @@ def tiny_llama(
 ) -> Any:
     """A tiny random model of the Llama family (or any family with Llama's config fields: Mistral, Qwen2,
     Qwen3, OLMo 2, Phi-3, Gemma 3) for unit tests; ``extra``: more config fields (or other values)."""
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
 
     torch.manual_seed(seed)
+    config = shaped_config(
+        layers=layers,
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        window=window,
+        rope_theta=rope_theta,
+        vocab=vocab,
+        model_type=model_type,
+        **extra,
+    )
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.config._attn_implementation = "sdpa"
+    return model.eval()
+
+
+def shaped_config(
+    *,
+    layers: int,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    window: int,
+    rope_theta: float,
+    vocab: int,
+    model_type: str = "llama",
+    **extra: Any,
+) -> Any:
+    """A config of ``model_type`` with these shapes (no weights): the intermediate size 2 x hidden unless
+    ``extra`` says otherwise (``intermediate_size=14336``: Llama-3-8B's), untied embeddings, plain RoPE."""
+    from transformers import AutoConfig
+
     fields: dict[str, Any] = {
         "vocab_size": vocab,
         "hidden_size": heads * head_dim,
@@ -471,7 +503,4 @@ def tiny_llama(
         "tie_word_embeddings": False,
         **({"sliding_window": None} if model_type == "mistral" else {}),
     }
-    config = AutoConfig.for_model(model_type, **{**fields, **extra})
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    model.config._attn_implementation = "sdpa"
-    return model.eval()
+    return AutoConfig.for_model(model_type, **{**fields, **extra})

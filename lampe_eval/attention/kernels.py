@@ -212,9 +212,8 @@ def _cudnn_call() -> FlashCall:
     flash = _torch_flash_call()
 
     def call(q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool, window: tuple[int, int]) -> Piece:
-        square = (
-            q.shape[1] == k.shape[1]
-        )  # cuDNN's causal mask is aligned top-left, FlashAttention's bottom-right
+        # cuDNN aligns its causal mask top-left, FlashAttention bottom-right: only squares agree
+        square = q.shape[1] == k.shape[1]
         if window != (-1, -1) or q.shape[1] < CUDNN_MIN_ROWS or (causal and not square):
             return flash(q, k, v, scale, causal, window)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [B, H, S, D] views

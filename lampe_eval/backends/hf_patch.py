@@ -17,8 +17,8 @@ changes to the cache are noticed after the fact, and the budget comes from :func
 
 Supported: the attention layers of the families in ``lampe_eval/families`` (Llama, Mistral, Qwen2, Qwen3,
 OLMo 2, Phi-3/4, Gemma 3's global layers): each family says how its layer computes query, key and value
-before RoPE, and which layers a method may change. Anything else
-raises UnsupportedModelError, and so does a family's config that a method cannot run exactly.
+before RoPE, and which layers a method may change. Anything else raises UnsupportedModelError, and so does
+a family's config that a method cannot run exactly.
 """
 
 from __future__ import annotations

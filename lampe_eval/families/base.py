@@ -69,6 +69,15 @@ def separate_projections(layer: Any, hidden: torch.Tensor) -> tuple[torch.Tensor
     )
 
 
+def per_head_norms(layer: Any, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Llama's projections, then an RMSNorm over each head's query and key (``q_norm``, ``k_norm`` on the
+    head dimension): Qwen3 and Gemma 3. The key a method rotates and caches is the normalised one."""
+    dim = layer.head_dim
+    query = layer.q_norm(heads_first(layer.q_proj(hidden), dim))
+    key = layer.k_norm(heads_first(layer.k_proj(hidden), dim))
+    return query, key, heads_first(layer.v_proj(hidden), dim)
+
+
 def sliding_window_refusal(config: Any) -> str | None:
     """Layers that attend through a sliding window (Mistral v0.1, Qwen2 or Qwen3 with
     ``use_sliding_window``): a method would have to leave them alone, which is not built yet."""

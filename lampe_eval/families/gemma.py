@@ -11,18 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
-from .base import AttentionFamily, heads_first
+from .base import AttentionFamily, per_head_norms, separate_projections
 
 GLOBAL = "full_attention"
-
-
-def project(layer: Any, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    dim = layer.head_dim
-    query = layer.q_norm(heads_first(layer.q_proj(hidden), dim))
-    key = layer.k_norm(heads_first(layer.k_proj(hidden), dim))
-    return query, key, heads_first(layer.v_proj(hidden), dim)
 
 
 def global_layers(config: Any) -> list[int]:
@@ -48,7 +39,7 @@ GEMMA3 = AttentionFamily(
     name="gemma3",
     classes=("Gemma3Attention",),
     model_types=("gemma3_text",),
-    project=project,
+    project=per_head_norms,
     refusal=refusal,
     global_layers=global_layers,
     rotary=(f"{GLOBAL}_original_inv_freq", f"{GLOBAL}_attention_scaling"),
@@ -58,6 +49,6 @@ GEMMA2 = AttentionFamily(
     name="gemma2",
     classes=("Gemma2Attention",),
     model_types=("gemma2",),
-    project=project,
+    project=separate_projections,  # Gemma 2 has no query/key norms (refused anyway: soft-capping)
     refusal=gemma2_refusal,
 )

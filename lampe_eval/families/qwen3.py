@@ -4,25 +4,12 @@ caches is the normalised one."""
 
 from __future__ import annotations
 
-from typing import Any
-
-import torch
-
-from .base import AttentionFamily, heads_first, sliding_window_refusal
-
-
-def project(layer: Any, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    batch, n, _ = hidden.shape
-    shape = (batch, n, -1, layer.head_dim)
-    query = layer.q_norm(layer.q_proj(hidden).view(shape)).transpose(1, 2)
-    key = layer.k_norm(layer.k_proj(hidden).view(shape)).transpose(1, 2)
-    return query, key, heads_first(layer.v_proj(hidden), layer.head_dim)
-
+from .base import AttentionFamily, per_head_norms, sliding_window_refusal
 
 FAMILY = AttentionFamily(
     name="qwen3",
     classes=("Qwen3Attention",),
     model_types=("qwen3",),
-    project=project,
+    project=per_head_norms,
     refusal=sliding_window_refusal,
 )
