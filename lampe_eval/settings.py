@@ -21,7 +21,8 @@ class RunSettings:
     dtype: str | None = None
     workers: int | None = None
     gpus: tuple[str, ...] | None = None
-    gpus_per_worker: int = 1  # >1: each worker spreads its model over that many GPUs (device_map auto)
+    # >1: each worker spreads its model over that many GPUs (device_map auto; vLLM: tensor parallel)
+    gpus_per_worker: int = 1
     device_map: str | None = None  # "auto": accelerate places the model over the worker's visible GPUs
     batch_size: int = 1  # requests the backend runs together (equal token counts: the same results)
     backend: str = DEFAULT_BACKEND  # the inference backend (lampe_eval.backends.BACKENDS)
@@ -30,6 +31,9 @@ class RunSettings:
     gpu_memory_utilization: float | None = None
     # where such an engine writes its own log lines (``run``: OUT/engine.log); None: its default (stderr)
     engine_log: str | None = None
+    # such an engine runs in its worker's process, not in processes it spawns (each importing the engine
+    # again: ~20 s each on 2 cores): tests and notebooks; one GPU or CPU per worker
+    engine_in_process: bool = False
     endpoints: tuple[str, ...] = ()  # OpenAI-compatible servers of the model (``--backend openai``)
     ray: bool = False
     ray_address: str | None = None

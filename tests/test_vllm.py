@@ -54,7 +54,9 @@ def hf(smollm2) -> HFBackend:
 def vllm_backend():
     lm = load_for_engine("smollm2-135m", pretraining_window=WINDOW)
     # prompts are prefilled in chunks of 512 tokens: chunked prefill, as users run it, in every test
-    backend = VLLMBackend(lm, batch_size=4, dtype="fp32", max_batched_tokens=CHUNK)
+    # one process (no engine or worker process to spawn, each importing vLLM): the CLI tests below run
+    # vLLM's processes
+    backend = VLLMBackend(lm, batch_size=4, dtype="fp32", max_batched_tokens=CHUNK, one_process=True)
     yield backend
     backend.close()
 
@@ -149,26 +151,32 @@ def test_prompts_of_different_lengths_batched_give_what_each_gives_alone(
 
 @pytest.mark.parametrize("name", ["lampe"])
 def test_preempted_sequences_are_computed_again_with_their_own_plan(
-    name: str, hf: HFBackend, kjv_ids: list[int]
+    name: str, smollm2, kjv_ids: list[int], monkeypatch
 ) -> None:
     """A KV cache too small for the batch: vLLM preempts sequences and prefills them again (the worker
-    counts it); each still gives what it gives alone on the Hugging Face backend."""
+    counts it); each still gives what it gives alone on the Hugging Face backend. SmolLM2 taken for a
+    512-token window, so that 500-token prompts and their 40 new tokens need LaMPE's remapping."""
+    from lampe_eval.backends import vllm as vllm_module
     from lampe_eval.backends.plans import method_key_copies
 
-    method = resolve_method(name, WINDOW, 1024, base=hf.rope_base()).method
-    # room for ~4,400 tokens (the engine's 4,096 must fit): four prompts of 1,000 tokens do, but not once
-    # they pass 1,024 tokens (a block more each)
+    window = 512
+    hf = HFBackend(dataclasses.replace(smollm2, pretraining_window=window))
+    method = resolve_method(name, window, 540, base=hf.rope_base()).method
+    monkeypatch.setattr(vllm_module, "MIN_MODEL_LEN", 1024)  # the engine's length must fit the cache
+    # room for ~2,200 tokens (17 blocks of 128): four prompts of 500 tokens fit (4 blocks each), not once
+    # they pass 512 tokens (a block more each)
     token_bytes = (
         30 * 3 * 64 * 4 * (method_key_copies(method, hf.rope_base()) + 1)
     )  # layers, heads, dim, fp32
     requests = [
-        GenerationRequest("", 40, input_ids=tuple(kjv_ids[start : start + 1000]))
-        for start in range(0, 4000, 1000)
+        GenerationRequest("", 40, input_ids=tuple(kjv_ids[start : start + 500]))
+        for start in range(0, 2000, 500)
     ]
     with hf.install(method):
         alone = [hf.generate([r])[0] for r in requests]
-    lm = load_for_engine("smollm2-135m", pretraining_window=WINDOW)
-    backend = VLLMBackend(lm, batch_size=len(requests), dtype="fp32", kv_cache_bytes=4400 * token_bytes)
+    lm = load_for_engine("smollm2-135m", pretraining_window=window)
+    budget = 2200 * token_bytes
+    backend = VLLMBackend(lm, batch_size=len(requests), dtype="fp32", kv_cache_bytes=budget, one_process=True)
     try:
         with backend.install(method):
             together = backend.generate(requests)
@@ -185,28 +193,48 @@ def _records(out: Path) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: r["key"])
 
 
-@pytest.mark.parametrize(
-    ("bench", "method", "length"), [("ruler", "lampe", "2k"), ("pg19", "selfextend", "2k")]
-)
-def test_run_with_the_vllm_backend_writes_the_hf_backends_records(
-    tmp_path: Path, bench: str, method: str, length: str
-) -> None:
+EXPERIMENT = """
+name: vllm-vs-hf
+limit: 1
+grid:
+  - models: [smollm2-135m]
+    methods: [{name: lampe, params: {identity_within_window: false}}]
+    benchmarks: {ruler: [niah_single_1]}
+    lengths: [2048]
+  - models: [smollm2-135m]
+    methods: [selfextend]
+    benchmarks: [pg19]
+    lengths: [2048]
+"""  # LaMPE remaps within the window too, so every segment is active at 2K; both keep 2 key copies
+
+
+def test_run_with_the_vllm_backend_writes_the_hf_backends_records(tmp_path: Path) -> None:
+    """RULER with LaMPE (generation) and PG-19 with SelfExtend (a loss pass), one run per backend, vLLM's
+    with its engine's own processes (one engine for both methods: they keep the same key copies)."""
+    experiment = tmp_path / "experiment.yaml"
+    experiment.write_text(EXPERIMENT)
     records = {}
     for backend in ("hf", "vllm"):
         out = tmp_path / backend
-        args = ["run", "--method", method, "--bench", bench, "--len", length, "--limit", "1"]
-        if method == "lampe":  # remap within the window too, so every segment is active at 2K
-            args += ["--param", "identity_within_window=false"]
-        if bench == "ruler":
-            args += ["--task", "niah_single_1"]
-        result = CliRunner().invoke(app, [*args, "--backend", backend, "--out", str(out), "--no-progress"])
+        args = [
+            "run",
+            "--experiment",
+            str(experiment),
+            "--backend",
+            backend,
+            "--out",
+            str(out),
+            "--no-progress",
+        ]
+        result = CliRunner().invoke(app, args)
         assert result.exit_code == 0, result.output
         records[backend] = _records(out)
     # vLLM's own log lines, its engine process's included, went to the results directory
     log = (tmp_path / "vllm" / "engine.log").read_text()
     assert " INFO " in log and "vllm.v1.engine.core" in log and "Loading safetensors" in log, log[:2000]
+    assert log.count("Initializing a V1 LLM engine") == 1, "one engine for both methods"
     hf_rows, vllm_rows = records["hf"], records["vllm"]
-    assert len(hf_rows) == len(vllm_rows) == 1
+    assert len(hf_rows) == len(vllm_rows) == 2
     for a, b in zip(hf_rows, vllm_rows, strict=True):
         assert b["engine"]["backend"] == "vllm" and a["engine"]["backend"] == "hf"
         assert (b["key"], b["prompt_hash"], b["resolved_params"]) == (
@@ -214,7 +242,7 @@ def test_run_with_the_vllm_backend_writes_the_hf_backends_records(
             a["prompt_hash"],
             a["resolved_params"],
         )
-        if bench == "ruler":
+        if a["benchmark"] == "ruler":
             assert b["output"]["prediction"] == a["output"]["prediction"]
             assert b["scores"] == a["scores"]
         else:  # perplexity: the same tokens, log-probabilities within 1e-4 each

@@ -24,6 +24,7 @@ flash kernel on CPU, an exact blockwise matmul path elsewhere or when ``LAMPE_EV
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,7 +32,7 @@ from typing import Any
 import torch
 
 from . import kernels
-from .regions import Segment
+from .regions import PositionMap, Segment
 from .rope import rope_cos_sin, rotate_half
 from .tiles import Tile, tiles
 
@@ -87,6 +88,24 @@ class AttentionPlan:
                 copy_of.append(found)
             self._groups = (copy_of, [copy_of.index(c) for c in range(len(maps))])
         return self._groups
+
+    def for_heads(self, query_heads: slice, key_heads: slice) -> AttentionPlan:
+        """This plan for a shard of the heads (a tensor-parallel rank's): per-head positions ([H, n, F],
+        Ms-PoE's) cut to ``query_heads`` and ``key_heads``; positions shared by every head are kept. Segments
+        that shared a key map still share one (one key copy)."""
+        shards: dict[tuple[int, str], PositionMap] = {}
+
+        def shard(positions: PositionMap, heads: slice) -> PositionMap:
+            key = (id(positions), str(heads))
+            if key not in shards:
+                shards[key] = _head_shard(positions, heads)
+            return shards[key]
+
+        segments = [
+            dataclasses.replace(s, q_pos=shard(s.q_pos, query_heads), k_pos=shard(s.k_pos, key_heads))
+            for s in self.segments
+        ]
+        return dataclasses.replace(self, segments=segments, _cache={}, _groups=None)
 
     def key_table(self, copy: int, first: int, end: int, dtype: torch.dtype, device: torch.device):
         """cos/sin [end-first, D] rotating keys ``first..end-1`` at key copy ``copy``'s positions (no
@@ -258,6 +277,16 @@ class SegmentStep:
     key_rotation: torch.Tensor
     copies: tuple[int, ...]
     ranges: tuple[tuple[int, int], ...]  # (first key, stop) per part; first == stop: nothing visible
+
+
+def _head_shard(positions: PositionMap, heads: slice) -> PositionMap:
+    """``positions`` with its per-head rows ([H, n, F], H > 1) cut to ``heads``; others as they are."""
+
+    def shard(idx: torch.Tensor) -> torch.Tensor:
+        found = positions(idx)
+        return found[heads] if found.dim() == 3 and found.shape[0] > 1 else found
+
+    return shard
 
 
 def _heads_first(matrices: torch.Tensor) -> torch.Tensor:

@@ -143,8 +143,11 @@ class Backend(Protocol):
 class Placement(enum.Enum):
     """Where a backend's engines run, which decides the runner's workers."""
 
-    PER_DEVICE = "per-device"  # one engine per worker: inline, one process per GPU (or group), Ray actors
-    SELF_PLACED = "self-placed"  # one engine, started from the main process, that places itself on its GPUs
+    # one engine per worker (inline, one process per GPU or group of GPUs, Ray actors); a worker's group of
+    # GPUs (--gpus-per-worker) holds the model spread by the runner (accelerate's device_map)
+    PER_DEVICE = "per-device"
+    # one engine per worker too, which spreads itself over its worker's GPUs (tensor parallel)
+    SELF_PLACED = "self-placed"
     REMOTE = "remote"  # an endpoint elsewhere: one client in the main process, no local device
 
 
@@ -170,9 +173,10 @@ class BaseBackend(abc.ABC):
         return None  # default: none refused
 
     @classmethod
-    def check_model(cls, name: str, methods: Sequence[str] = ()) -> None:
+    def check_model(cls, name: str, methods: Sequence[str] = (), settings: RunSettings | None = None) -> None:
         """Raise one line for a model name this backend cannot load, or whose attention cannot take one of
-        ``methods`` (called without loading it; a config only loading reads is not checked)."""
+        ``methods`` or be placed as ``settings`` ask (called without loading it; a config only loading reads
+        is not checked)."""
         why = family_refusal(name, known_config(name), methods)
         if why:
             raise UnsupportedModelError(why)

@@ -20,6 +20,8 @@ class PlanCache:
     method: Method
     base: RopeBase
     max_plans: int = 1
+    # (query heads, key heads) this process holds when the model is split over tensor-parallel ranks
+    heads: tuple[slice, slice] | None = None
     _plans: dict[tuple[int, int, int | None], AttentionPlan] = field(default_factory=dict, repr=False)
 
     def plan(self, context_length: int, kv_len: int, total_length: int | None) -> AttentionPlan:
@@ -33,9 +35,10 @@ class PlanCache:
         if plan is None:
             if len(self._plans) >= self.max_plans:  # those of an earlier forward pass: done
                 self._plans.clear()
-            plan = self._plans[key] = self.method.plan_with_budget(
-                self.base, context_length, kv_len, total_length
-            )
+            plan = self.method.plan_with_budget(self.base, context_length, kv_len, total_length)
+            if self.heads is not None:
+                plan = plan.for_heads(*self.heads)
+            self._plans[key] = plan
         return plan
 
 

@@ -30,7 +30,7 @@ from ..errors import LampeEvalError, UnsupportedModelError
 from ..families import family_of_config
 from ..memory import GIB, KeyRows, MemoryEstimate, ModelShape, estimate, kv_bytes_per_token
 from ..methods.base import Method, RopeBase
-from ..models import LoadedModel, default_device, parse_dtype
+from ..models import LoadedModel, default_device, known_config, parse_dtype
 from ..prompts import prompt_ids
 from ..settings import RunSettings
 from . import vllm_plugin
@@ -54,6 +54,8 @@ KV_SPACE = "VLLM_CPU_KVCACHE_SPACE"  # vLLM's CPU KV cache, whole GiB
 DEFAULT_KV_CACHE_GIB = "4"  # VLLM_CPU_KVCACHE_SPACE when the user set none
 MIN_MODEL_LEN = 4096
 LENGTH_STEP = 256  # max_model_len granularity: a multiple of every platform's block size (16 CUDA, 128 CPU)
+IN_PROCESS_CORE = "VLLM_ENABLE_V1_MULTIPROCESSING"  # "0": the engine core runs in the caller's process
+THREADS_BIND = "VLLM_CPU_OMP_THREADS_BIND"  # the CPU cores of each rank: "0-3|4-7"
 WORKER_EXTENSION = "lampe_eval.backends.vllm_worker.LampeWorkerExtension"
 PREFILL_TOKENS = 16384  # tokens per engine step: the largest of vLLM's defaults for offline use
 
@@ -138,6 +140,32 @@ def output_to(log_file: str | None) -> Iterator[None]:
             os.close(copy)
 
 
+@contextmanager
+def environment(values: dict[str, str]) -> Iterator[None]:
+    """``values`` in this process's environment while the block runs, the previous ones put back."""
+    kept = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in kept.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def cpu_binding(ranks: int) -> str:
+    """This process's CPU cores split into ``ranks`` equal runs, vLLM's ``VLLM_CPU_OMP_THREADS_BIND``
+    format: vLLM binds one rank per NUMA node by itself and refuses more ranks than nodes (a one-node
+    machine, as most VMs are)."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < ranks:
+        raise LampeEvalError(f"vllm: {ranks} tensor-parallel ranks on {len(cores)} CPU cores: use fewer")
+    each = len(cores) // ranks
+    return "|".join(",".join(str(c) for c in cores[r * each : (r + 1) * each]) for r in range(ranks))
+
+
 def _kv_bytes(settings: RunSettings) -> int | None:
     return int(settings.kv_cache_gib * GIB) if settings.kv_cache_gib is not None else None
 
@@ -166,6 +194,8 @@ class VLLMBackend(BaseBackend):
         kv_cache_bytes: int | None = None,
         gpu_memory_utilization: float | None = None,
         log_file: str | None = None,
+        one_process: bool = False,
+        tensor_parallel: int = 1,
     ) -> None:
         check_vllm_installed()
         super().__init__(lm, batch_size)
@@ -178,6 +208,12 @@ class VLLMBackend(BaseBackend):
         self.kv_cache_bytes = kv_cache_bytes  # the engine's KV cache; None: vLLM's sizing
         self.gpu_memory_utilization = gpu_memory_utilization  # None: vLLM's default (0.9)
         self.log_file = log_file  # vLLM's log lines, every process's (None: its own, on stderr)
+        # the engine core and its worker in this process (no processes spawned: each would import vLLM
+        # again, ~20 s on 2 cores): tests and notebooks on one CPU or GPU; runs use vLLM's processes
+        self.one_process = one_process
+        self.tensor_parallel = tensor_parallel  # ranks the model's heads are split over (its worker's GPUs)
+        if one_process and tensor_parallel > 1:
+            raise ValueError("one_process runs one rank: tensor parallelism needs vLLM's processes")
         self._llm: Any = None
         self._model_len = 0
         self._key_copies = 1  # what the running engine's cache holds
@@ -192,17 +228,19 @@ class VLLMBackend(BaseBackend):
         check_vllm_installed()
         if settings.endpoints:
             raise LampeEvalError("--endpoint is for --backend openai (a model served elsewhere): drop it")
-        if settings.device_map or settings.gpus_per_worker > 1:
+        if settings.engine_in_process and settings.gpus_per_worker > 1:
             raise LampeEvalError(
-                "--backend vllm places the model itself: drop --device-map/--gpus-per-worker (vLLM's tensor "
-                "parallelism is not wired yet)"
+                "--backend vllm runs tensor-parallel ranks in processes of their own: drop engine_in_process"
+            )
+        if settings.device_map:
+            raise LampeEvalError(
+                "--backend vllm spreads the model itself (tensor parallel over --gpus-per-worker GPUs): drop "
+                "--device-map"
             )
         if settings.ray or settings.ray_address:
-            raise LampeEvalError("--backend vllm runs its one engine from this process: drop --ray")
-        if (settings.workers or 1) > 1 or settings.gpus:
             raise LampeEvalError(
-                "--backend vllm runs one engine from this process (vLLM batches the requests itself): drop "
-                "--workers/--gpus and choose the GPU with CUDA_VISIBLE_DEVICES"
+                "--backend vllm runs one engine per worker process (--gpus or --workers), not in Ray actors: "
+                "drop --ray"
             )
 
         space = os.environ.get(KV_SPACE, "")
@@ -213,10 +251,11 @@ class VLLMBackend(BaseBackend):
             )
 
     @classmethod
-    def check_model(cls, name: str, methods: Sequence[str] = ()) -> None:
+    def check_model(cls, name: str, methods: Sequence[str] = (), settings: RunSettings | None = None) -> None:
         """Refuse, before loading, a model the vLLM backend cannot load (a .gguf file), one whose family
-        cannot take a method, and one this engine cannot run a method on (:func:`engine_refusal`)."""
-        from ..models import known_config, resolve_source
+        cannot take a method, one this engine cannot run a method on (:func:`engine_refusal`), and one whose
+        heads do not split over the tensor-parallel ranks asked (``--gpus-per-worker``)."""
+        from ..models import resolve_source
 
         source, _ = resolve_source(name)
         if source.endswith(".gguf"):
@@ -231,13 +270,18 @@ class VLLMBackend(BaseBackend):
             why = f"{name}: {found}" if found else None
         if why:
             raise UnsupportedModelError(why)
+        ranks = settings.gpus_per_worker if settings is not None else 1
+        split = tensor_parallel_refusal(config, ranks) if config is not None else None
+        if split:
+            raise LampeEvalError(f"{name}: {split}")
 
     @classmethod
     def memory_estimate(
         cls, model: str, method: Method, length: int, settings: RunSettings
     ) -> MemoryEstimate | None:
         """Every key copy kept for every token (the paged cache's spec), prefills chunked by vLLM (at most
-        :data:`PREFILL_TOKENS` per step), and the engine's KV cache when it is set before it starts."""
+        :data:`PREFILL_TOKENS` per step), and the engine's KV cache when it is set before it starts; with
+        tensor parallelism (``--gpus-per-worker``), one rank's weights and KV cache."""
         shape_and_base = model_shape(model)
         if shape_and_base is None:
             return None
@@ -255,6 +299,14 @@ class VLLMBackend(BaseBackend):
             logits_rows=length,  # prompt logprobs: the prompt's L x vocab logits at once (docs/vllm.md)
             loss_keeps_cache=True,
         )
+        if settings.gpus_per_worker > 1:  # one rank's part: its weights and its key heads (activations kept)
+            config = known_config(model)
+            share = rank_share(config, settings.gpus_per_worker) if config is not None else 1.0
+            guess = dataclasses.replace(
+                guess,
+                weights=guess.weights // settings.gpus_per_worker,
+                kv_cache=int(guess.kv_cache * share),
+            )
         budget = preset_kv_cache(_kv_bytes(settings), settings.device or default_device())
         return dataclasses.replace(guess, kv_budget=budget[0]) if budget else guess
 
@@ -286,6 +338,8 @@ class VLLMBackend(BaseBackend):
             kv_cache_bytes=_kv_bytes(settings),
             gpu_memory_utilization=settings.gpu_memory_utilization,
             log_file=settings.engine_log,
+            tensor_parallel=settings.gpus_per_worker,
+            one_process=settings.engine_in_process,
         )
 
     # ---------------------------------------------------------------------------------- engine
@@ -326,7 +380,15 @@ class VLLMBackend(BaseBackend):
     def _start(self, model_len: int) -> Any:
         from vllm import LLM
 
-        return LLM(**self.engine_arguments(model_len))
+        arguments = self.engine_arguments(model_len)
+        starting: dict[str, str] = {}  # read as the engine starts, by it and the processes it spawns
+        if self.one_process:
+            starting[IN_PROCESS_CORE] = "0"  # its core runs here
+            arguments["distributed_executor_backend"] = "uni"  # and its worker
+        if self.device == "cpu" and self.tensor_parallel > 1 and THREADS_BIND not in os.environ:
+            starting[THREADS_BIND] = cpu_binding(self.tensor_parallel)
+        with environment(starting):
+            return LLM(**arguments)
 
     def engine_arguments(self, model_len: int) -> dict[str, Any]:
         """vLLM's engine arguments (``LLM``'s, ``AsyncEngineArgs``' fields) for sequences of up to
@@ -342,6 +404,9 @@ class VLLMBackend(BaseBackend):
                 {"gpu_memory_utilization": self.gpu_memory_utilization} if self.gpu_memory_utilization else {}
             ),
             "max_num_seqs": self.batch_size,
+            "tensor_parallel_size": self.tensor_parallel,
+            # the ranks are this worker's processes, on its GPUs (never Ray's placement, even inside Ray)
+            **({"distributed_executor_backend": "mp"} if self.tensor_parallel > 1 else {}),
             "enforce_eager": True,
             "enable_chunked_prefill": True,
             "enable_prefix_caching": False,
@@ -381,7 +446,8 @@ class VLLMBackend(BaseBackend):
         budget, setting = found
         itemsize = torch.empty(0, dtype=getattr(torch, self.dtype)).element_size()
         shape = ModelShape.from_config(self.source, self.config, parameters=0.0)  # the KV cache alone
-        needed = kv_bytes_per_token(shape, copies, itemsize) * model_len
+        share = rank_share(self.config, self.tensor_parallel)  # each rank caches its key heads
+        needed = int(kv_bytes_per_token(shape, copies, itemsize) * model_len * share)
         if needed > budget:
             method = self._method.name if self._method is not None else "rope"
             what, copies_said = (
@@ -410,6 +476,10 @@ class VLLMBackend(BaseBackend):
             self._llm = None
             self._model_len = 0
             self._key_copies = 1
+            if self.one_process:  # its weights and cache are this process's memory: free them now
+                import gc
+
+                gc.collect()
 
     def _rpc(self, name: str, *args: Any) -> list[Any]:
         """Call the worker extension's method ``lampe_<name>`` (:mod:`.vllm_worker`) in every worker."""
@@ -549,6 +619,29 @@ def model_length(longest: int) -> int:
     :data:`LENGTH_STEP` (a 128K prompt and its generation stay near 128K, not 256K), at least
     :data:`MIN_MODEL_LEN`."""
     return max(MIN_MODEL_LEN, -(-longest // LENGTH_STEP) * LENGTH_STEP)
+
+
+def rank_share(config: Any, ranks: int) -> float:
+    """The share of the KV cache one of ``ranks`` tensor-parallel ranks holds (a rank caches its own key
+    heads, at least one)."""
+    heads = int(getattr(config, "num_attention_heads", 0) or 1)
+    kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
+    return max(1, kv_heads // max(1, ranks)) / kv_heads
+
+
+def tensor_parallel_refusal(config: Any, ranks: int) -> str | None:
+    """Why a model of ``config`` cannot be split over ``ranks`` tensor-parallel ranks (vLLM gives each rank
+    an equal share of the query heads, and of the key heads or one key head replicated), else None."""
+    if ranks == 1:
+        return None
+    heads = int(getattr(config, "num_attention_heads", 0) or 0)
+    kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
+    if heads % ranks or (kv_heads % ranks and ranks % kv_heads):
+        return (
+            f"{heads} query and {kv_heads} key heads do not split over {ranks} tensor-parallel ranks: use a "
+            f"--gpus-per-worker that divides {heads} (and divides or is a multiple of {kv_heads})"
+        )
+    return None
 
 
 def _transformers_fallback(architecture: str) -> bool:

@@ -136,7 +136,7 @@ def install(worker: WorkerBase, method: Method, base: RopeBase) -> str:
         return "frequencies"
     check_key_copies(method, base)
     # plans shared by the sequences of one forward pass that have one (prompt length, length, budget)
-    state = PlanCache(method=method, base=base, max_plans=_max_sequences(worker))
+    state = PlanCache(method, base, _max_sequences(worker), rank_heads(base))
     plans = RequestPlans(state, worker.model_runner)
     for index in patched:
         check_lampe_attention(modules[index].attn)
@@ -145,6 +145,33 @@ def install(worker: WorkerBase, method: Method, base: RopeBase) -> str:
         patch_layer(module.attn, EngineLayer(module, module.rotary_emb, plans))
         module.rotary_emb = _Unrotated()
     return "attention"
+
+
+def rank_heads(base: RopeBase) -> tuple[slice, slice] | None:
+    """The query and key heads this worker's tensor-parallel rank holds (None without tensor
+    parallelism): vLLM gives rank r of N the r-th N-th of the query heads, and of the key heads, or, with
+    more ranks than key heads, key head r // (N / key heads) (replicated)."""
+    from vllm.distributed import get_tensor_model_parallel_rank, get_tensor_model_parallel_world_size
+
+    ranks = get_tensor_model_parallel_world_size()
+    if ranks == 1:
+        return None
+    rank = get_tensor_model_parallel_rank()
+    config = base.config
+    heads = int(config.num_attention_heads)
+    kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
+    return shard_heads(rank, ranks, heads, kv_heads)
+
+
+def shard_heads(rank: int, ranks: int, heads: int, kv_heads: int) -> tuple[slice, slice]:
+    """(query heads, key heads) of tensor-parallel rank ``rank`` of ``ranks``."""
+    per_rank = heads // ranks
+    queries = slice(rank * per_rank, (rank + 1) * per_rank)
+    if ranks <= kv_heads:
+        per_rank_kv = kv_heads // ranks
+        return queries, slice(rank * per_rank_kv, (rank + 1) * per_rank_kv)
+    replicas = ranks // kv_heads
+    return queries, slice(rank // replicas, rank // replicas + 1)
 
 
 def check_lampe_attention(layer: torch.nn.Module) -> None:

@@ -68,7 +68,9 @@ def run_command(
     ),
     gpus: str | None = typer.Option(None, "--gpus", help="GPUs to use, one worker each, e.g. 0,1,3."),
     gpus_per_worker: int = typer.Option(
-        1, "--gpus-per-worker", help="GPUs per worker; >1 spreads each worker's model over them (70B on 4)."
+        1,
+        "--gpus-per-worker",
+        help="GPUs per worker; >1 spreads each worker's model over them (70B on 4; vLLM: tensor parallel).",
     ),
     device_map: str | None = typer.Option(
         None, "--device-map", help="auto: accelerate spreads the model over the worker's visible GPUs."

@@ -33,6 +33,9 @@ def serve_command(
     kv_cache_gib: float | None = typer.Option(
         None, "--kv-cache-gib", help="The engine's KV cache in GiB (default: vLLM sizes it)."
     ),
+    tensor_parallel: int = typer.Option(
+        1, "--tensor-parallel-size", "-tp", help="GPUs the model's heads are split over (vLLM's option)."
+    ),
     dtype: Dtype = None,
 ) -> None:
     """Serve a model with a method installed, through vLLM's OpenAI-compatible API (completions, chat
@@ -47,6 +50,7 @@ def serve_command(
     from ..memory import GIB
     from ..methods.resolve import resolve_method
     from ..models import load_for_engine, resolve_source
+    from ..settings import RunSettings
 
     try:
         if not 0 < port < 65536:
@@ -55,7 +59,9 @@ def serve_command(
             raise LampeEvalError("--batch-size must be at least 1")
         resolve_source(model)
         params = parse_key_values(param, "--param")
-        VLLMBackend.check_model(model, [method])
+        if tensor_parallel < 1:
+            raise LampeEvalError("--tensor-parallel-size must be at least 1")
+        VLLMBackend.check_model(model, [method], RunSettings(backend="vllm", gpus_per_worker=tensor_parallel))
         if window is not None and window < 1:
             raise LampeEvalError(f"--window {window}: must be at least 1")
         lm = load_for_engine(model, pretraining_window=window)  # the engine loads the weights itself
@@ -64,7 +70,9 @@ def serve_command(
         if resolved.warning:
             say_error("warning:", resolved.warning)
         kv_bytes = int(kv_cache_gib * GIB) if kv_cache_gib is not None else None
-        backend = VLLMBackend(lm, batch_size=batch_size, dtype=dtype, kv_cache_bytes=kv_bytes)
+        backend = VLLMBackend(
+            lm, batch_size=batch_size, dtype=dtype, kv_cache_bytes=kv_bytes, tensor_parallel=tensor_parallel
+        )
         where = ServeSettings(host=host, port=port, max_len=max_len, api_key=api_key, served_name=served_name)
         serve(backend, resolved.method, model, where)
     except LampeEvalError as err:

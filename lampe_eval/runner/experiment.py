@@ -82,12 +82,12 @@ def check_settings(settings: RunSettings) -> None:
         raise LampeEvalError(f"--backend {settings.backend!r}: choose one of {', '.join(BACKENDS.names())}")
     backend = BACKENDS.get(settings.backend)
     backend.check_settings(settings)
-    if backend.placement is not Placement.PER_DEVICE:
-        _check_one_engine(settings)
+    if backend.placement is Placement.REMOTE:
+        _check_one_client(settings)
 
 
-def _check_one_engine(settings: RunSettings) -> None:
-    """A backend whose one engine runs from this process takes no worker or placement settings."""
+def _check_one_client(settings: RunSettings) -> None:
+    """A backend that calls endpoints from this process takes no worker or placement settings."""
     asked = {
         "--ray": settings.ray or settings.ray_address,
         "--workers": (settings.workers or 1) > 1,
@@ -98,8 +98,8 @@ def _check_one_engine(settings: RunSettings) -> None:
     given = [flag for flag, value in asked.items() if value]
     if given:
         raise LampeEvalError(
-            f"--backend {settings.backend} runs one engine from this process, which places itself or "
-            f"calls an endpoint: drop {'/'.join(given)}"
+            f"--backend {settings.backend} calls its endpoints from this process (they place the model "
+            f"themselves): drop {'/'.join(given)}"
         )
 
 
@@ -225,7 +225,7 @@ class ExperimentSpec:
         for grid, bench_tasks in zip(self.grids, tasks, strict=True):
             methods = [(name, typed_params(name, params)) for name, params in grid.methods]
             if settings.load is None:
-                check_models(grid.models, settings.backend, [name for name, _ in methods])
+                check_models(grid.models, settings.backend, [name for name, _ in methods], settings)
             jobs += expand_grid(
                 grid.models,
                 methods,
@@ -385,9 +385,14 @@ def typed_params(method: str, params: Mapping[str, Any]) -> dict[str, Any]:
     return METHODS.get(method).typed_params(dict(params))
 
 
-def check_models(models: Sequence[str], backend: str | None = None, methods: Sequence[str] = ()) -> None:
-    """Each model name resolves (a preset, a path, a hub id), and ``backend`` can load it and run
-    ``methods`` on it."""
+def check_models(
+    models: Sequence[str],
+    backend: str | None = None,
+    methods: Sequence[str] = (),
+    settings: RunSettings | None = None,
+) -> None:
+    """Each model name resolves (a preset, a path, a hub id), and ``backend`` can load it, place it as
+    ``settings`` ask and run ``methods`` on it."""
     from ..backends import BACKENDS
     from ..models import resolve_source
 
@@ -395,7 +400,7 @@ def check_models(models: Sequence[str], backend: str | None = None, methods: Seq
         resolve_source(model)
     if backend is not None:
         for model in models:
-            BACKENDS.get(backend).check_model(model, methods)
+            BACKENDS.get(backend).check_model(model, methods, settings)
 
 
 def check_jobs(jobs: Sequence[Job], *, known_windows: bool = True) -> dict[str, str]:

@@ -130,19 +130,22 @@ def gpu_groups(gpus: list[str], per_worker: int, workers: int | None) -> list[li
 
 def make_handles(config: WorkerConfig, store: ResultStore, settings: RunSettings) -> list[Handle]:
     """The workers: Ray actors, one process per GPU (or per group of ``gpus_per_worker`` GPUs), N CPU
-    processes, or one inline worker; one inline worker for a backend whose one engine places itself or
-    calls an endpoint (its placement)."""
+    processes, or one inline worker; one inline worker for a backend that calls endpoints (its
+    placement). A group of GPUs holds a model spread by ``device_map``, or by the engine itself (a
+    self-placed backend, which may also spread itself over ``gpus_per_worker`` ranks on a CPU)."""
     from ..backends import BACKENDS, Placement
 
     check_settings(settings)
     per_worker = settings.gpus_per_worker
+    placement = BACKENDS.get(settings.backend).placement
+    by_device_map = placement is Placement.PER_DEVICE
     config = dataclasses.replace(
         config,
         settings=settings,
         device=config.device or settings.device,
-        device_map=settings.device_map or ("auto" if per_worker > 1 else None),
+        device_map=settings.device_map or ("auto" if per_worker > 1 and by_device_map else None),
     )
-    if BACKENDS.get(settings.backend).placement is not Placement.PER_DEVICE:
+    if placement is Placement.REMOTE:
         return [InlineHandle(config, store)]
     if settings.ray or settings.ray_address:
         from .ray_backend import ray_handles
@@ -165,7 +168,7 @@ def make_handles(config: WorkerConfig, store: ResultStore, settings: RunSettings
         return [InlineHandle(config, store)]  # a custom loader (tests, notebooks) runs here unless asked
     if gpus is None:
         gpus = visible_gpus() if device in (None, "cuda") else []
-    if per_worker > 1:  # each worker process sees its group of GPUs and spreads the model over them
+    if per_worker > 1 and (gpus or by_device_map):  # each worker sees its group of GPUs, spreads the model
         lock = threading.Lock()
         gpu_config = dataclasses.replace(config, device="cuda")
         return [

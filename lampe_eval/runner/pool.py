@@ -18,6 +18,7 @@ again after :data:`WAIT_SECONDS`.
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import os
 import queue
 import signal
@@ -91,6 +92,9 @@ def process_main(config: WorkerConfig, name: str, out: str, conn: Any, parent: i
     if os.getppid() != parent:  # the driver died before the signal was armed
         os._exit(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver handles Ctrl-C and stops us
+    # an engine may start processes of its own here, which a daemonic process may not; the driver
+    # still stops this one at its exit (it started it as a daemon) and the kernel with its death
+    multiprocessing.current_process().daemon = False
     store = ResultStore(out, load=False)
     try:
         worker = Worker(config, name)
@@ -98,15 +102,18 @@ def process_main(config: WorkerConfig, name: str, out: str, conn: Any, parent: i
         conn.send(Dead(f"{type(err).__name__}: {err}".splitlines()[0]))
         return
     conn.send(Ready())
-    while True:
-        try:
-            unit = conn.recv()
-        except EOFError:
-            return
-        if unit is None:
-            return
-        for event in store_events(worker.run(unit), store, keep_records=False):  # keep the pipe light
-            conn.send(event)
+    try:
+        while True:
+            try:
+                unit = conn.recv()
+            except EOFError:
+                return
+            if unit is None:
+                return
+            for event in store_events(worker.run(unit), store, keep_records=False):  # keep the pipe light
+                conn.send(event)
+    finally:
+        worker.unload()  # an engine with processes of its own stops them
 
 
 class ProcessHandle:
@@ -120,8 +127,6 @@ class ProcessHandle:
         env: dict[str, str] | None = None,
         start_lock: threading.Lock | None = None,
     ) -> None:
-        import multiprocessing
-
         self.name = name
         self.dead = False
         ctx = multiprocessing.get_context("spawn")
