@@ -162,3 +162,25 @@ def test_a_batched_decode_equals_each_sequence_alone(name):
         prompts = [WINDOW // 2 + 3, 3 * WINDOW + 5, 3 * WINDOW + 5, WINDOW + 1]
         gap = _batched_decode_gap(method, prompts, seed=trial)
         assert gap < 2e-5, (name, trial, gap)
+
+
+@pytest.mark.parametrize("name", [*POSITION_METHODS, "ms_poe"])
+@pytest.mark.parametrize(("ranks", "rank"), [(2, 0), (2, 1), (4, 3)])
+def test_a_plan_for_a_shard_of_the_heads_gives_those_heads_outputs(name: str, ranks: int, rank: int) -> None:
+    """A tensor-parallel rank's plan (:meth:`AttentionPlan.for_heads`, the heads vLLM gives it; 4 query and
+    2 key heads, so 4 ranks replicate a key head) over its heads' queries and keys gives the rows of the
+    whole plan's output for those heads: Ms-PoE's per-head positions are cut, shared ones kept."""
+    from lampe_eval.attention.engine import segmented_attention
+    from lampe_eval.backends.vllm_worker import shard_heads
+
+    n = 3 * WINDOW
+    method = create_method(name, WINDOW, n, **random_params(name, random.Random(7)))
+    plan = method.plan_with_budget(base(), n, n, n)
+    generator = torch.Generator().manual_seed(1)
+    q = torch.randn(1, 4, n, 16, generator=generator, dtype=torch.float64)
+    k, v = (torch.randn(1, 2, n, 16, generator=generator, dtype=torch.float64) for _ in range(2))
+    whole = segmented_attention(q, k, v, plan, 0, 0.25)
+    queries, keys = shard_heads(rank, ranks, 4, 2)
+    shard = segmented_attention(q[:, queries], k[:, keys], v[:, keys], plan.for_heads(queries, keys), 0, 0.25)
+    assert key_copies(plan.for_heads(queries, keys)) == key_copies(plan)
+    assert (shard - whole[:, queries]).abs().max().item() < 1e-6  # fp32 tables, per-call summation order
