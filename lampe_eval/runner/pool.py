@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
+from ..processes import die_with_parent
 from .events import Computed, Dead, Event, Failed, Finished, Ready, Stored, Waiting
 from .jobs import WorkUnit
 from .scheduler import Gate, Scheduler, Wait
@@ -75,20 +76,9 @@ class InlineHandle:
         self.worker.unload()
 
 
-def _set_parent_death_signal() -> None:
-    """Linux: the kernel kills this process when its parent dies (a SIGKILLed driver included)."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # pragma: no cover - not Linux
-        pass
-
-
 def process_main(config: WorkerConfig, name: str, out: str, conn: Any, parent: int) -> None:
     """Entry point of a worker process: units in through ``conn``, light events out."""
-    _set_parent_death_signal()
+    die_with_parent()
     if os.getppid() != parent:  # the driver died before the signal was armed
         os._exit(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver handles Ctrl-C and stops us
