@@ -35,6 +35,11 @@ class Fake:
 
 @pytest.fixture
 def fake():
+    yield from fake_server()
+
+
+def fake_server():
+    """A fake server on a free port: yields its state, then shuts down."""
     state = Fake()
 
     class Handler(BaseHTTPRequestHandler):
@@ -155,3 +160,28 @@ def test_a_server_without_token_ids_is_refused(fake, lm):
 def test_settings_it_cannot_honour_are_refused(settings, message):
     with pytest.raises(LampeEvalError, match=message):
         OpenAIBackend.check_settings(settings)
+
+
+@pytest.fixture
+def second(fake):
+    """A second fake endpoint serving the same model (a fresh server on another port)."""
+    gen = fake_server()
+    state = next(gen)
+    yield state
+    next(gen, None)
+
+
+def test_several_endpoints_share_the_requests_and_one_down_leaves_the_others_the_work(fake, second, lm):
+    """Requests go to the endpoints in turn; an endpoint that stays down (a server killed mid-run) hands
+    its requests to the others; with every endpoint down the line names them all."""
+    backend = OpenAIBackend(lm, [fake.url, second.url], batch_size=2)
+    requests = [GenerationRequest("", 4, input_ids=(5, i)) for i in range(4)]
+    assert [g.token_ids for g in backend.generate(requests)] == [(11, 12, 2)] * 4
+    assert len(fake.seen) == len(second.seen) == 2
+    second.failures = 100  # down for good
+    assert [g.token_ids for g in backend.generate(requests)] == [(11, 12, 2)] * 4
+    assert len(fake.seen) == 2 + 4  # its own two and the two the dead one could not serve
+    fake.failures = 100
+    with pytest.raises(LampeEvalError, match="every endpoint is down") as error:
+        backend.generate(requests[:1])
+    assert "\n" not in str(error.value)

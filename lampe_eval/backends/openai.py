@@ -9,8 +9,9 @@ The method is the server's: before a job runs, ``GET /lampe`` must name the job'
 parameters (``lampe-eval serve --method M --len L`` with the job's method and length); a server without
 ``/lampe`` (plain ``vllm serve``) runs the unpatched model, so only ``rope`` is accepted there. Requests
 go to the endpoints in turn, ``--batch-size`` at once per endpoint. A connection error, a 5xx or a 429 is
-tried again (1, 2, 4, 8 s apart); after the last try the run stops with one line, the sample is not
-recorded, and a rerun resumes it.
+tried again (1, 2, 4, 8 s apart); after the last try the request goes to the next endpoint (a server killed
+mid-run leaves the others the work), and once every endpoint is down the run stops with one line, the
+sample is not recorded, and a rerun resumes it.
 """
 
 from __future__ import annotations
@@ -142,11 +143,23 @@ class OpenAIBackend(BaseBackend):
 
     def _spread(self, call: Any, requests: Sequence[Any]) -> list[Any]:
         """``call(endpoint, request)`` per request: the endpoints in turn, ``batch_size`` at once each."""
-        jobs = [(self.endpoints[i % len(self.endpoints)], r) for i, r in enumerate(requests)]
+        jobs = [(i % len(self.endpoints), r) for i, r in enumerate(requests)]
         if len(jobs) == 1:
-            return [call(*jobs[0])]
+            return [self._failover(call, *jobs[0])]
         with ThreadPoolExecutor(self.batch_size * len(self.endpoints)) as pool:
-            return list(pool.map(lambda job: call(*job), jobs))
+            return list(pool.map(lambda job: self._failover(call, *job), jobs))
+
+    def _failover(self, call: Any, first: int, request: Any) -> Any:
+        """``call`` on endpoint ``first``; if it stays down through every try, on the next endpoints (each
+        serves the same model and method): one line once every endpoint is down."""
+        down = []
+        for step in range(len(self.endpoints)):
+            url = self.endpoints[(first + step) % len(self.endpoints)]
+            try:
+                return call(url, request)
+            except EndpointDown as error:
+                down.append(str(error))
+        raise EndpointDown(down[0] if len(down) == 1 else f"every endpoint is down: {'; '.join(down)}")
 
     def _generate_one(self, url: str, request: GenerationRequest) -> Generation:
         ids = (
@@ -247,7 +260,11 @@ def _call(request: urllib.request.Request) -> dict[str, Any]:
             problem = str(getattr(error, "reason", error))
         if wait is not None:
             time.sleep(wait)
-    raise LampeEvalError(f"{request.full_url}: {problem} (after {len(RETRY_SECONDS) + 1} tries)")
+    raise EndpointDown(f"{request.full_url}: {problem} (after {len(RETRY_SECONDS) + 1} tries)")
+
+
+class EndpointDown(LampeEvalError):
+    """An endpoint that stayed unreachable (or busy) through every try of a request."""
 
 
 def _message(error: urllib.error.HTTPError) -> str:
