@@ -32,7 +32,7 @@ class RunSettings:
     # where such an engine writes its own log lines (``run``: OUT/engine.log); None: its default (stderr)
     engine_log: str | None = None
     # such an engine runs in its worker's process, not in processes it spawns (each importing the engine
-    # again: ~20 s each on 2 cores): tests and notebooks; one GPU or CPU per worker
+    # again: ~20 s each on 2 cores; tensor-parallel ranks keep theirs): tests and notebooks
     engine_in_process: bool = False
     endpoints: tuple[str, ...] = ()  # OpenAI-compatible servers of the model (``--backend openai``)
     ray: bool = False

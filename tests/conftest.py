@@ -33,3 +33,23 @@ def smollm2_tokenizer() -> Any:
 def lm(smollm2_tokenizer: Any) -> LoadedModel:
     """SmolLM2's tokenizer in a LoadedModel without weights: prompt building and scoring tests."""
     return LoadedModel("smollm2-135m", None, smollm2_tokenizer, 8192, True)
+
+
+def save_random_model(
+    where: str, tokenizer: Any, window: int, model_type: str = "llama", seed: int = 3
+) -> str:
+    """A random model of 2 layers, 4 query / 2 key heads of dim 64 (vLLM's CPU attention takes 64 and up)
+    with ``tokenizer``'s vocabulary, saved with it in ``where``; weights and norms drawn so that no token
+    is a near tie."""
+    from lampe_eval.models import tiny_llama
+
+    net = tiny_llama(window=window, head_dim=64, vocab=len(tokenizer), model_type=model_type)
+    generator = torch.Generator().manual_seed(seed)
+    for name, parameter in net.named_parameters():
+        if "norm" in name:
+            parameter.data = torch.rand(parameter.shape, generator=generator) + 0.5
+        else:
+            parameter.data = torch.randn(parameter.shape, generator=generator) * 0.2
+    net.save_pretrained(where)
+    tokenizer.save_pretrained(where)
+    return where

@@ -32,7 +32,8 @@ from lampe_eval.backends.base import GenerationRequest  # noqa: E402
 from lampe_eval.backends.hf import HFBackend  # noqa: E402
 from lampe_eval.cli import app  # noqa: E402
 from lampe_eval.methods.resolve import resolve_method  # noqa: E402
-from lampe_eval.models import load_model, tiny_llama  # noqa: E402
+from lampe_eval.models import load_model  # noqa: E402
+from tests.conftest import save_random_model  # noqa: E402
 
 pytestmark = pytest.mark.slow
 WINDOW, LONGEST, NEW = 256, 1024, 8  # the random model's window: LaMPE's segments are all active at 600
@@ -46,19 +47,8 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def qwen3(tmp_path_factory, smollm2_tokenizer) -> str:
-    """2 layers, 4 query / 2 KV heads of dim 64 (vLLM's CPU attention takes 64 and up), SmolLM2's
-    vocabulary and tokenizer; weights and norms drawn so that no token is a near tie."""
-    where = str(tmp_path_factory.mktemp("qwen3"))
-    net = tiny_llama(window=WINDOW, head_dim=64, vocab=len(smollm2_tokenizer), model_type="qwen3")
-    generator = torch.Generator().manual_seed(3)
-    for name, parameter in net.named_parameters():
-        if "norm" in name:
-            parameter.data = torch.rand(parameter.shape, generator=generator) + 0.5
-        else:
-            parameter.data = torch.randn(parameter.shape, generator=generator) * 0.2
-    net.save_pretrained(where)
-    smollm2_tokenizer.save_pretrained(where)
-    return where
+    """A random Qwen3 of 2 layers with SmolLM2's vocabulary and tokenizer (``save_random_model``)."""
+    return save_random_model(str(tmp_path_factory.mktemp("qwen3")), smollm2_tokenizer, WINDOW, "qwen3")
 
 
 @pytest.fixture(scope="module")

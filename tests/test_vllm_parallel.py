@@ -20,7 +20,8 @@ from lampe_eval.backends.hf import HFBackend  # noqa: E402
 from lampe_eval.backends.vllm import VLLMBackend  # noqa: E402
 from lampe_eval.backends.vllm_worker import shard_heads  # noqa: E402
 from lampe_eval.methods.resolve import resolve_method  # noqa: E402
-from lampe_eval.models import load_for_engine, load_model, tiny_llama  # noqa: E402
+from lampe_eval.models import load_for_engine, load_model  # noqa: E402
+from tests.conftest import save_random_model  # noqa: E402
 
 pytestmark = pytest.mark.slow
 WINDOW, PROMPT, NEW = 256, 400, 8  # every segment of every method active at 1.5 windows
@@ -28,19 +29,8 @@ WINDOW, PROMPT, NEW = 256, 400, 8  # every segment of every method active at 1.5
 
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory, smollm2_tokenizer) -> str:
-    """2 layers, 4 query / 2 key heads of dim 64 (vLLM's CPU attention takes 64 and up), SmolLM2's
-    vocabulary and tokenizer, weights drawn so that no token is a near tie."""
-    where = str(tmp_path_factory.mktemp("llama"))
-    net = tiny_llama(window=WINDOW, head_dim=64, vocab=len(smollm2_tokenizer))
-    generator = torch.Generator().manual_seed(5)
-    for name, parameter in net.named_parameters():
-        if "norm" in name:
-            parameter.data = torch.rand(parameter.shape, generator=generator) + 0.5
-        else:
-            parameter.data = torch.randn(parameter.shape, generator=generator) * 0.2
-    net.save_pretrained(where)
-    smollm2_tokenizer.save_pretrained(where)
-    return where
+    """A random Llama of 2 layers with SmolLM2's vocabulary and tokenizer (``save_random_model``)."""
+    return save_random_model(str(tmp_path_factory.mktemp("llama")), smollm2_tokenizer, WINDOW, seed=5)
 
 
 def prompt(length: int, seed: int) -> tuple[int, ...]:
@@ -71,7 +61,10 @@ def test_tensor_parallel_2_gives_the_hf_backends_tokens(name: str, llama: str, t
 @pytest.fixture(scope="module")
 def tp2(llama: str):
     """One engine over 2 tensor-parallel ranks (processes); methods keeping one key copy share it."""
-    backend = VLLMBackend(load_for_engine(llama), batch_size=4, dtype="fp32", tensor_parallel=2)
+    # the engine's core in this process, its two ranks in theirs
+    backend = VLLMBackend(
+        load_for_engine(llama), batch_size=4, dtype="fp32", tensor_parallel=2, one_process=True
+    )
     yield backend
     backend.close()
 

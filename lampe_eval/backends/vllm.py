@@ -31,6 +31,7 @@ from ..families import family_of_config
 from ..memory import GIB, KeyRows, MemoryEstimate, ModelShape, estimate, kv_bytes_per_token
 from ..methods.base import Method, RopeBase
 from ..models import LoadedModel, default_device, known_config, parse_dtype
+from ..processes import environment
 from ..prompts import prompt_ids
 from ..settings import RunSettings
 from . import vllm_plugin
@@ -148,21 +149,6 @@ def output_to(log_file: str | None) -> Iterator[None]:
             os.close(copy)
 
 
-@contextmanager
-def environment(values: dict[str, str]) -> Iterator[None]:
-    """``values`` in this process's environment while the block runs, the previous ones put back."""
-    kept = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in kept.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
 def cpu_binding(ranks: int) -> str:
     """This process's CPU cores split into ``ranks`` equal runs, vLLM's ``VLLM_CPU_OMP_THREADS_BIND``
     format: vLLM binds one rank per NUMA node by itself and refuses more ranks than nodes (a one-node
@@ -222,11 +208,10 @@ class VLLMBackend(BaseBackend):
         self.gpu_memory_utilization = gpu_memory_utilization  # None: vLLM's default (0.9)
         self.log_file = log_file  # vLLM's log lines, every process's (None: its own, on stderr)
         # the engine core and its worker in this process (no processes spawned: each would import vLLM
-        # again, ~20 s on 2 cores): tests and notebooks on one CPU or GPU; runs use vLLM's processes
+        # again, ~20 s on 2 cores; tensor-parallel ranks still get theirs): tests and notebooks; runs use
+        # vLLM's processes
         self.one_process = one_process
         self.tensor_parallel = tensor_parallel  # ranks the model's heads are split over (its worker's GPUs)
-        if one_process and tensor_parallel > 1:
-            raise ValueError("one_process runs one rank: tensor parallelism needs vLLM's processes")
         self._llm: Any = None
         self._model_len = 0
         self._key_copies = 1  # what the running engine's cache holds
@@ -241,10 +226,6 @@ class VLLMBackend(BaseBackend):
         check_vllm_installed()
         if settings.endpoints:
             raise LampeEvalError("--endpoint is for --backend openai (a model served elsewhere): drop it")
-        if settings.engine_in_process and settings.gpus_per_worker > 1:
-            raise LampeEvalError(
-                "--backend vllm runs tensor-parallel ranks in processes of their own: drop engine_in_process"
-            )
         if settings.device_map:
             raise LampeEvalError(
                 "--backend vllm spreads the model itself (tensor parallel over --gpus-per-worker GPUs): drop "
@@ -397,7 +378,8 @@ class VLLMBackend(BaseBackend):
         starting: dict[str, str] = {}  # read as the engine starts, by it and the processes it spawns
         if self.one_process:
             starting[IN_PROCESS_CORE] = "0"  # its core runs here
-            arguments["distributed_executor_backend"] = "uni"  # and its worker
+            if self.tensor_parallel == 1:
+                arguments["distributed_executor_backend"] = "uni"  # and its worker (ranks need processes)
         if self.device == "cpu" and self.tensor_parallel > 1 and THREADS_BIND not in os.environ:
             starting[THREADS_BIND] = cpu_binding(self.tensor_parallel)
         with environment(starting):

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
-from ..processes import die_with_parent
+from ..processes import die_with_parent, environment
 from .events import Computed, Dead, Event, Failed, Finished, Ready, Stored, Waiting
 from .jobs import WorkUnit
 from .scheduler import Gate, Scheduler, Wait
@@ -125,17 +125,8 @@ class ProcessHandle:
             target=process_main, args=(config, name, out, child, os.getpid()), name=name, daemon=True
         )
         # A spawned child inherits os.environ as it is at start: set the GPU for this child only.
-        with start_lock or contextlib.nullcontext():
-            saved = {k: os.environ.get(k) for k in (env or {})}
-            os.environ.update(env or {})
-            try:
-                self.process.start()
-            finally:
-                for key, value in saved.items():
-                    if value is None:
-                        os.environ.pop(key, None)
-                    else:
-                        os.environ[key] = value
+        with start_lock or contextlib.nullcontext(), environment(env or {}):
+            self.process.start()
         child.close()
         self._ready = False
 
