@@ -136,7 +136,7 @@ def install(worker: WorkerBase, method: Method, base: RopeBase) -> str:
         return "frequencies"
     check_key_copies(method, base)
     # plans shared by the sequences of one forward pass that have one (prompt length, length, budget)
-    state = PlanCache(method, base, _max_sequences(worker), rank_heads(base))
+    state = PlanCache(method, base, _max_sequences(worker), rank_heads(worker, base))
     plans = RequestPlans(state, worker.model_runner)
     for index in patched:
         check_lampe_attention(modules[index].attn)
@@ -147,15 +147,16 @@ def install(worker: WorkerBase, method: Method, base: RopeBase) -> str:
     return "attention"
 
 
-def rank_heads(base: RopeBase) -> tuple[slice, slice] | None:
+def rank_heads(worker: WorkerBase, base: RopeBase) -> tuple[slice, slice] | None:
     """The query and key heads this worker's tensor-parallel rank holds (None without tensor
     parallelism): vLLM gives rank r of N the r-th N-th of the query heads, and of the key heads, or, with
     more ranks than key heads, key head r // (N / key heads) (replicated)."""
-    from vllm.distributed import get_tensor_model_parallel_rank, get_tensor_model_parallel_world_size
-
-    ranks = get_tensor_model_parallel_world_size()
+    parallel = getattr(getattr(worker, "vllm_config", None), "parallel_config", None)
+    ranks = int(getattr(parallel, "tensor_parallel_size", 1) or 1)
     if ranks == 1:
         return None
+    from vllm.distributed import get_tensor_model_parallel_rank
+
     rank = get_tensor_model_parallel_rank()
     config = base.config
     heads = int(config.num_attention_heads)
