@@ -2,7 +2,10 @@
 what the Hugging Face backend's patched attention gives each sequence alone, for every attention-path
 method: prompts prefilled whole or in chunks, blocks scattered through the cache, then decode steps."""
 
+import os
 import random
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -184,3 +187,38 @@ def test_a_plan_for_a_shard_of_the_heads_gives_those_heads_outputs(name: str, ra
     shard = segmented_attention(q[:, queries], k[:, keys], v[:, keys], plan.for_heads(queries, keys), 0, 0.25)
     assert key_copies(plan.for_heads(queries, keys)) == key_copies(plan)
     assert (shard - whole[:, queries]).abs().max().item() < 1e-6  # fp32 tables, per-call summation order
+
+
+def test_the_triton_decode_kernel_equals_each_sequence_alone(monkeypatch):
+    """The batched decode's Triton kernel (``paged_triton_kernel.py``, its own code) run by Triton's
+    interpreter on CPU tensors gives each sequence's attention alone. The interpreter replaces Triton's
+    language only when ``TRITON_INTERPRET=1`` is set before Triton is imported: a fresh process runs it."""
+    pytest.importorskip("triton")
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        test = f"{__file__}::test_the_triton_decode_kernel_equals_each_sequence_alone"
+        result = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test],
+            env={**os.environ, "TRITON_INTERPRET": "1"},
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert result.returncode == 0 and " passed" in result.stdout, (
+            result.stdout[-3000:] + result.stderr[-2000:]
+        )
+        return
+    from lampe_eval.attention import paged_triton
+
+    launches = []
+    original = paged_triton.tile_statistics
+    monkeypatch.setattr(paged_triton, "usable", lambda *args: True)
+    monkeypatch.setattr(
+        paged_triton,
+        "tile_statistics",
+        lambda *args, **kwargs: launches.append(1) or original(*args, **kwargs),
+    )
+    for name in ("lampe", "dca", "string", "selfextend"):
+        method = create_method(name, WINDOW, 4 * WINDOW, **random_params(name, random.Random(3)))
+        gap = _batched_decode_gap(method, [WINDOW // 2 + 3, 3 * WINDOW + 5, WINDOW + 1], seed=4)
+        assert gap < 2e-5, (name, gap)
+    assert launches, "the kernel ran"

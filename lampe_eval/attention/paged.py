@@ -14,10 +14,12 @@ padded to the longest sequence of a batch, nothing is kept outside the engine's 
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import torch
 
+from . import paged_triton
 from .engine import AttentionPlan, SegmentStep, attend_rotated, segmented_attention
 
 
@@ -112,13 +114,18 @@ def key_copies(plan: AttentionPlan) -> int:
     return len(plan.key_groups()[1])
 
 
+KEY_TILE = 128  # keys per tile of a batched decode (whole cache blocks: at least one)
+SLAB_BYTES = 256 * 2**20  # the fp32 keys and values one slab of tiles reads: a decode's transient memory
+
+
 class PagedDecode:
     """One forward pass's decode rows whose plans share a shape (:func:`decode_shape`), attended as one
-    batch: each row's query rotated for every segment of its plan, each segment's key range gathered from
-    the paged cache as one flat list of keys (no row padded to another's length), one softmax per row
-    over all its segments' keys (the log-sum-exp merge of the per-sequence path: a pair two segments see
-    counts twice, as there). Built once per pass, run by every patched layer (:meth:`attend`): about
-    fifteen PyTorch calls per layer for all the rows."""
+    batch, split-K: each row's query rotated for every segment of its plan; each segment's key range (a
+    run) read from the paged cache in tiles of whole blocks (keys outside the run masked; no row padded to
+    another's length); each tile's softmax statistics merged per row by log-sum-exp (a pair two segments
+    see counts twice, as on the per-sequence path). Tiles are read in slabs of at most :data:`SLAB_BYTES`,
+    so a layer's transient memory stays bounded at any batch and length. Built once per pass, run by every
+    patched layer (:meth:`attend`): about ten PyTorch calls per slab, five to merge."""
 
     def __init__(self, steps: list[SegmentStep], slots: torch.Tensor, tables: torch.Tensor) -> None:
         """``steps``: each row's :meth:`AttentionPlan.segment_step`; ``slots`` [rows]: where each row's new
@@ -130,39 +137,42 @@ class PagedDecode:
         self.key_rotation = _stack([s.key_rotation for s in steps])  # [rows or 1, H, D, copies * D]
         self.copies = 1 + max(steps[0].copies)
         parts = len(steps[0].copies)
-        # every (row, part) with keys to see: a run of key positions lo..hi-1 in the flat list
-        runs = [
-            (row, part, copy, lo, hi)
+        # every (row, part) with keys to see: a run of key positions lo..hi-1, by key copy
+        self.runs = sorted(
+            (copy, row, row * parts + part, lo, hi)
             for row, step in enumerate(steps)
             for part, (copy, (lo, hi)) in enumerate(zip(step.copies, step.ranges, strict=True))
             if hi > lo
-        ]
-        row, part, copy, lo, hi = (torch.tensor(column) for column in zip(*runs, strict=True))
-        lengths = hi - lo
-        first = torch.cumsum(lengths, 0) - lengths
-        self.key_row = torch.repeat_interleave(row, lengths)
-        self.position = torch.arange(int(lengths.sum())) - torch.repeat_interleave(first - lo, lengths)
-        self.key_copy = torch.repeat_interleave(copy, lengths)
-        self.key_query = (self.key_row * parts + torch.repeat_interleave(part, lengths)).to(self.device)
+        )
         self.tables = tables.cpu()
         self._where: tuple | None = None
         self._scaled: dict[float, torch.Tensor] = {}
 
-    def _places(self, block: int) -> tuple:
-        """Where the new tokens go and where each flat key sits in a cache of ``block``-token blocks:
-        computed at the first layer, once per pass."""
-        if self._where is None:
-            blocks = self.tables[self.key_row, self.position // block]
-            offsets = self.position % block
-            gathers = []
-            for c in range(self.copies):  # per key copy: its keys' places in the flat list and the cache
-                at = torch.nonzero(self.key_copy == c)[:, 0]
-                if at.numel():
-                    gathers.append((c, *(t.to(self.device) for t in (at, blocks[at], offsets[at]))))
-            news = (self.slots // block, self.slots % block)
-            moved = tuple(t.to(self.device) for t in (blocks, offsets, self.key_row))
-            self._where = (news, gathers, *moved)
-        return self._where
+    def _tiles(self, block: int, bytes_per_key: int) -> tuple:
+        """Each run cut into tiles of whole ``block``-token blocks: the tiles' cache blocks [tiles, blocks
+        per tile], additive masks [1, tiles, 1, keys per tile], rows, queries, first positions and runs'
+        bounds, and the slabs (key copy, first tile, end tile). Computed at the first layer, once per pass."""
+        per_tile = max(1, KEY_TILE // block)
+        copy, row, query, lo, hi = (torch.tensor(column) for column in zip(*self.runs, strict=True))
+        first_block = lo // block
+        tiles = ((hi - 1) // block - first_block) // per_tile + 1
+        run = torch.repeat_interleave(torch.arange(len(self.runs)), tiles)
+        index_in_run = torch.arange(len(run)) - (torch.cumsum(tiles, 0) - tiles)[run]
+        block_index = (first_block[run] + index_in_run * per_tile)[:, None] + torch.arange(per_tile)
+        position = block_index[:, :, None] * block + torch.arange(block)  # [tiles, per tile, block]
+        inside = ((position >= lo[run][:, None, None]) & (position < hi[run][:, None, None])).flatten(1)
+        width = self.tables.shape[1]  # blocks past a row's table are read as its last one, masked
+        blocks = self.tables[row[run][:, None], block_index.clamp(max=width - 1)]
+        mask = torch.where(inside, 0.0, float("-inf"))[None, :, None, :]
+        per_slab = max(1, SLAB_BYTES // (per_tile * block * bytes_per_key))
+        counts = torch.bincount(copy[run], minlength=self.copies).tolist()  # tiles are sorted by copy
+        slabs, at = [], 0
+        for key_copy, count in enumerate(counts):
+            slabs += [(key_copy, a, min(a + per_slab, at + count)) for a in range(at, at + count, per_slab)]
+            at += count
+        start = block_index[:, 0] * block
+        moved = (blocks, mask, row[run], query[run], start, lo[run], hi[run])
+        return (*(t.to(self.device) for t in moved), slabs, counts)
 
     def attend(
         self, cache: PagedCache, scale: float, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
@@ -172,28 +182,53 @@ class PagedDecode:
         rows, q_heads, dim = query.shape
         kv_heads = key.shape[1]
         group = q_heads // kv_heads
-        (new_block, new_offset), gathers, blocks, offsets, key_row = self._places(cache.block_size)
+        if self._where is None:
+            self._where = self._tiles(cache.block_size, 2 * kv_heads * dim * 4)
+        tile_row = self._where[2]
         rotated = _rotate(key, self.key_rotation).view(rows, kv_heads, -1, dim)
-        cache.write_at(new_block, new_offset, [rotated[:, :, c] for c in range(self.copies)], value)
+        cache.write(self.slots, [rotated[:, :, c] for c in range(self.copies)], value)
         if scale not in self._scaled:  # the softmax scale folded into the rotation, once per pass
             self._scaled[scale] = self.query_rotation * scale
-        queries = _rotate(query, self._scaled[scale]).view(rows, q_heads, -1, dim).transpose(1, 2)
-        queries = queries.reshape(-1, kv_heads, group, dim)  # [rows * parts, Hkv, group, D]
-        keys = key.new_empty((key_row.shape[0], kv_heads, dim))
-        for c, at, copy_blocks, copy_offsets in gathers:
-            keys[at] = cache.keys[c][copy_blocks, :, copy_offsets]
-        values = cache.values[blocks, :, offsets]  # [keys, Hkv, D]
-        scores = torch.einsum("khgd,khd->khg", queries[self.key_query].float(), keys.float())
-        index = key_row[:, None, None].expand_as(scores)
-        peak = scores.new_full((rows, kv_heads, group), float("-inf")).scatter_reduce_(
-            0, index, scores, "amax", include_self=True
+        queries = _rotate(query, self._scaled[scale]).view(rows, kv_heads, group, -1, dim)
+        queries = queries.permute(1, 0, 3, 2, 4).reshape(kv_heads, -1, group, dim).float().contiguous()
+        peaks, sums, outs = self._tile_statistics(cache, queries)  # queries: [Hkv, runs, group, D]
+        index = tile_row[None, :, None].expand_as(peaks)
+        peak = peaks.new_full((kv_heads, rows, group), float("-inf")).scatter_reduce_(
+            1, index, peaks, "amax", include_self=True
         )
-        weights = torch.exp(scores - peak[key_row])
-        total = scores.new_zeros((rows, kv_heads, group)).index_add_(0, key_row, weights)
-        out = scores.new_zeros((rows, kv_heads, group, dim)).index_add_(
-            0, key_row, weights[..., None] * values.float()[:, :, None, :]
-        )
-        return (out / total[..., None]).reshape(rows, q_heads, dim).to(query.dtype)
+        factor = torch.exp(peaks - peak[:, tile_row])
+        total = peaks.new_zeros((kv_heads, rows, group)).index_add_(1, tile_row, sums * factor)
+        out = outs.new_zeros((kv_heads, rows, group, dim)).index_add_(1, tile_row, outs * factor[..., None])
+        return (out / total[..., None]).transpose(0, 1).reshape(rows, q_heads, dim).to(query.dtype)
+
+    def _tile_statistics(self, cache: PagedCache, queries: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Each tile's softmax peak and sum [Hkv, tiles, group] and weighted values [Hkv, tiles, group, D]:
+        one Triton kernel per key copy where it runs (``paged_triton.py``), else gathered slabs."""
+        kv_heads, _, group, dim = queries.shape
+        assert self._where is not None, "attend() computes the tiles first"
+        blocks, mask, _, tile_query, start, lo, hi, slabs, counts = self._where
+        peaks = queries.new_empty((kv_heads, blocks.shape[0], group))
+        sums, outs = torch.empty_like(peaks), queries.new_empty((*peaks.shape, dim))
+        if paged_triton.usable(queries, cache.block_size, blocks.shape[1] * cache.block_size, dim):
+            ends = list(itertools.accumulate(counts))  # the copies' tile ranges (tiles are sorted by copy)
+            for copy, (a, b) in enumerate(zip([0, *ends], ends, strict=False)):
+                if b > a:
+                    tiles = tuple(t[a:b] for t in (blocks, tile_query, start, lo, hi))
+                    paged_triton.tile_statistics(
+                        queries, cache.keys[copy], cache.values, tiles, a, (peaks, sums, outs)
+                    )
+            return peaks, sums, outs
+        for copy, a, b in slabs:  # a slab's keys and values, heads first: [Hkv, tiles, keys per tile, D]
+            keys, values = (
+                plane.transpose(0, 1)[:, blocks[a:b]].reshape(kv_heads, b - a, -1, dim).float()
+                for plane in (cache.keys[copy], cache.values)
+            )
+            scores = queries[:, tile_query[a:b]] @ keys.transpose(2, 3) + mask[:, a:b]
+            peaks[:, a:b] = scores.amax(-1)
+            weights = torch.exp(scores - peaks[:, a:b, :, None])
+            sums[:, a:b] = weights.sum(-1)
+            outs[:, a:b] = weights @ values
+        return peaks, sums, outs
 
 
 def decode_shape(step: SegmentStep) -> tuple:
