@@ -7,13 +7,17 @@ peak resident memory above the inputs is the method's working memory.
 
     python benchmarks/attention_speed.py [--lengths 4096,8192,16384] [--repeats 3] [--methods ...]
 
-On a shared machine, ``--threads 1 --clock cpu`` times the process's CPU time on one thread instead.
+On a shared machine, ``--threads 1 --clock cpu`` times the process's CPU time on one thread instead, and
+``--rounds N`` runs the whole method list N times, interleaved: each round's ratios are to that round's SDPA
+(a paired measurement, so a machine that slows down for a while slows both), the table gives the medians
+and the range of the ratios.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 
@@ -102,6 +106,7 @@ def main() -> None:
     parser.add_argument(
         "--clock", choices=["wall", "cpu"], default="wall", help="cpu: the process's CPU time"
     )
+    parser.add_argument("--rounds", type=int, default=1, help="interleaved rounds (paired ratios, medians)")
     parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -110,26 +115,26 @@ def main() -> None:
         return
     lengths = [int(x) for x in args.lengths.split(",")]
     methods = args.methods.split(",")
-    rows: dict[tuple[str, int], dict] = {}
-    for length in lengths:
-        for method in methods:
-            out = subprocess.run(
-                [sys.executable, __file__, "--child", method, str(length), str(args.repeats)]
-                + [str(args.threads), args.clock],
-                capture_output=True,
-                text=True,
-                check=True,
-            )
-            rows[(method, length)] = json.loads(out.stdout.strip().splitlines()[-1])
-            print(f"  {method:>12} @ {length:>6}: {rows[(method, length)]['seconds']:.3f} s", file=sys.stderr)
-    device = next(iter(rows.values()))["device"]
+    if "sdpa" not in methods:
+        methods.insert(0, "sdpa")  # the reference of every ratio
+    rounds: list[dict[tuple[str, int], dict]] = []
+    for number in range(args.rounds):
+        rows: dict[tuple[str, int], dict] = {}
+        for length in lengths:
+            for method in methods:
+                rows[(method, length)] = child(method, length, args)
+                seconds = rows[(method, length)]["seconds"]
+                print(f"  round {number + 1}: {method:>12} @ {length:>6}: {seconds:.3f} s", file=sys.stderr)
+        rounds.append(rows)
+    device = rounds[0][("sdpa", lengths[0])]["device"]
     print(
         f"\nAttention of one layer, {HQ} q / {HKV} kv heads, head_dim {DIM}, window = L/2, device {device}, "
-        f"threads {args.threads or 'default'}, {args.clock} clock"
+        f"threads {args.threads or 'default'}, {args.clock} clock, {args.rounds} round(s)"
     )
     print(
-        "seconds (ratio to causal SDPA, best of repeats); peak MB = working memory above the inputs; "
-        "kernels/syncs = attention kernel calls and host syncs of one prefill\n"
+        "seconds (ratio to causal SDPA, best of repeats; with rounds: medians, and the range of the paired "
+        "ratios); peak MB = working memory above the inputs; kernels/syncs = attention kernel calls and host "
+        "syncs of one prefill\n"
     )
     header = "| method | " + " | ".join(
         f"{n // 1024}K time (x SDPA) | {n // 1024}K peak MB | {n // 1024}K kernels/syncs" for n in lengths
@@ -139,13 +144,28 @@ def main() -> None:
     for method in methods:
         cells = []
         for length in lengths:
-            row, ref = rows[(method, length)], rows[("sdpa", length)]["seconds"]
+            seconds = [r[(method, length)]["seconds"] for r in rounds]
+            ratios = [r[(method, length)]["seconds"] / r[("sdpa", length)]["seconds"] for r in rounds]
+            spread = f", {min(ratios):.2f}-{max(ratios):.2f}" if len(rounds) > 1 else ""
+            last = rounds[-1][(method, length)]
             cells += [
-                f"{row['seconds']:.3f} ({row['seconds'] / ref:.2f}x)",
-                f"{row['peak_mb']:.0f}",
-                f"{row['kernels']}/{row['syncs']}",
+                f"{statistics.median(seconds):.3f} ({statistics.median(ratios):.2f}x{spread})",
+                f"{last['peak_mb']:.0f}",
+                f"{last['kernels']}/{last['syncs']}",
             ]
         print(f"| {method} | " + " | ".join(cells) + " |")
+
+
+def child(method: str, length: int, args: argparse.Namespace) -> dict:
+    """One (method, length) measured in a fresh process."""
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", method, str(length), str(args.repeats)]
+        + [str(args.threads), args.clock],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 if __name__ == "__main__":

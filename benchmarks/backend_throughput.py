@@ -2,16 +2,17 @@
 the Hugging Face backend one request at a time, the Hugging Face backend with ``--batch-size N``, and the
 vLLM backend (continuous batching), for ``rope`` and ``lampe``.
 
-Two workloads (issue "vLLM backend"): decode-heavy (16 prompts of 256 tokens, 128 new tokens each) and
-LongBench-shaped (16 prompts of 4K tokens, 128 new tokens). The model's window is taken to be half the
-prompt, so every LaMPE segment is active. Tokens per second = new tokens / wall time of the whole
-workload (the vLLM engine's start-up excluded, timed apart); the ratio is to the first backend of
+Three workloads: decode-heavy (16 prompts of 256 tokens, 128 new tokens each), LongBench-shaped (16
+prompts of 4K tokens, 128 new tokens) and mixed (one 8K prompt and 15 of 512 tokens, 128 new tokens: every
+decode step batches one long row with short ones). The model's window is taken to be half the longest
+prompt, so every LaMPE segment of the longest is active. Tokens per second = new tokens / wall time of the
+whole workload (the vLLM engine's start-up excluded, timed apart); the ratio is to the first backend of
 ``--backends`` (HF batch 1 by default), and so are the greedy tokens (a differing prompt is counted).
 ``--repeats N`` runs every method and backend in N interleaved rounds and reports median seconds (and
 the range), since one run of a shared machine can be 20 % slow; a comment line gives each method's time
 over the first method's on each backend.
 
-    python benchmarks/backend_throughput.py [--workloads decode,longbench] [--methods rope,lampe]
+    python benchmarks/backend_throughput.py [--workloads decode,longbench,mixed] [--methods rope,lampe]
         [--prompts 16] [--new-tokens 128] [--batch-size 16] [--backends hf1,hfn,vllm] [--repeats 1]
 """
 
@@ -21,15 +22,17 @@ import argparse
 import statistics
 import time
 
-WORKLOADS = {"decode": 256, "longbench": 4096}  # prompt tokens
+WORKLOADS = {"decode": (256, 256), "longbench": (4096, 4096), "mixed": (8192, 512)}  # first prompt, others
 
 
-def prompts(tokenizer, count: int, length: int) -> list[tuple[int, ...]]:
+def prompts(tokenizer, count: int, lengths: tuple[int, int]) -> list[tuple[int, ...]]:
+    """``count`` prompts of KJV text: the first of ``lengths[0]`` tokens, the others of ``lengths[1]``."""
     from lampe_eval.data.corpus import _print_kjv
 
-    ids = tokenizer(_print_kjv()[: 8 * length * count + 200_000])["input_ids"]
-    step = max(1, (len(ids) - length) // count)
-    return [tuple(ids[i * step : i * step + length]) for i in range(count)]
+    longest = max(lengths)
+    ids = tokenizer(_print_kjv()[: 8 * longest * count + 200_000])["input_ids"]
+    step = max(1, (len(ids) - longest) // count)
+    return [tuple(ids[i * step : i * step + lengths[min(i, 1)]]) for i in range(count)]
 
 
 def timed(backend, requests) -> tuple[float, list]:
@@ -72,9 +75,9 @@ def main() -> None:
     print("| " + " | ".join(header) + " |")
     print("|---|---|---|---|---|---|---|")
     for workload in args.workloads.split(","):
-        length = WORKLOADS[workload]
+        length = max(WORKLOADS[workload])
         window = length // 2
-        ids = prompts(lm.tokenizer, args.prompts, length)
+        ids = prompts(lm.tokenizer, args.prompts, WORKLOADS[workload])
         requests = [GenerationRequest("", args.new_tokens, input_ids=p) for p in ids]
         half = dataclasses.replace(lm, pretraining_window=window)
         engine_lm = load_for_engine("smollm2-135m", pretraining_window=window)
