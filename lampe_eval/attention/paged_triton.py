@@ -46,16 +46,15 @@ def tile_statistics(
     tiles: tuple[torch.Tensor, ...],
     first: int,
     out: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
-    kernel: Any = None,
 ) -> None:
     """Fill ``out`` (peaks, sums, outs) at tiles ``first..`` for the tiles ``(blocks, query, start, lo, hi)``
     of one key copy: ``queries`` [Hkv, runs, group, D] fp32, ``keys`` and ``values`` planes [blocks, Hkv,
-    block, D]. ``kernel``: another build of the kernel (the tests' interpreted one)."""
+    block, D]."""
     blocks, query, start, lo, hi = tiles
     kv_heads, runs, group, dim = queries.shape
     peaks, sums, outs = out
     group_pad = max(16, 1 << (group - 1).bit_length())  # tl.dot takes 16 rows or more
-    (kernel or tile_kernel())[(blocks.shape[0], kv_heads)](
+    tile_kernel()[(blocks.shape[0], kv_heads)](
         queries,
         keys,
         values,

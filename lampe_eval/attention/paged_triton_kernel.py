@@ -7,7 +7,7 @@ import triton.language as tl
 
 
 @triton.jit
-def tiles_kernel(  # noqa: PLR0913 - a kernel's arguments are its pointers and strides
+def tiles_kernel(
     queries,  # [Hkv, runs, group, D] fp32
     keys,  # one key copy's plane [blocks, Hkv, block, D] (a view: strides given)
     values,  # [blocks, Hkv, block, D]
