@@ -1,8 +1,10 @@
 """``--backend openai`` against a fake OpenAI-compatible server (a thread on 127.0.0.1, no model): what it
 sends, what it reads back, and its faults: a 5xx or a 429 is tried again, a 4xx is one line with the
 server's reason, an unreachable endpoint is one line after the last try, a server without ``/lampe`` runs
-``rope`` only, a server that returns no token ids is refused, and the settings it cannot honour are refused
-before anything loads. The real server: tests/test_serve.py."""
+``rope`` only, a server that takes no token ids gets text prompts checked by both tokenizers (perplexity
+through ``echo`` + ``logprobs``), and the settings it cannot honour are refused before anything loads; a
+run through the CLI against a server that goes down mid-run keeps its finished samples and resumes. The
+real server: tests/test_serve.py."""
 
 from __future__ import annotations
 
@@ -27,6 +29,9 @@ class Fake:
 
     def __init__(self) -> None:
         self.failures = 0
+        self.down_after: int | None = None  # answer this many completions, then 503 for good
+        self.text_only: Any = None  # a tokenizer: answer as a server without vLLM's extensions
+        self.echo = True  # (text only) answer echo + logprobs
         self.lampe: dict[str, Any] | None = None
         self.token_ids: list[int] | None = [11, 12, 2, 13]
         self.status = 200
@@ -65,12 +70,18 @@ def fake_server():
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             state.seen.append(body)
+            if state.down_after is not None:
+                state.failures = 1 if state.down_after <= 0 else 0
+                state.down_after -= 1
             if state.failures:
                 state.failures -= 1
                 self.reply(503, {"error": {"message": "busy"}})
                 return
             if state.status != 200:
                 self.reply(state.status, {"error": {"message": "This model's maximum context length is 4"}})
+                return
+            if state.text_only is not None:
+                self.reply(*text_answer(state, body))
                 return
             ids = body["prompt"][0]
             choice: dict[str, Any] = {"text": "", "token_ids": state.token_ids}
@@ -83,6 +94,21 @@ def fake_server():
     state.url = f"http://127.0.0.1:{server.server_address[1]}"  # type: ignore[attr-defined]
     yield state
     server.shutdown()
+
+
+def text_answer(state: Fake, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """A server of the plain completions API: text prompts only (its tokenizer counts them), no vLLM
+    fields, ``echo`` + ``logprobs`` when ``state.echo``."""
+    if not isinstance(body["prompt"], str) or "return_token_ids" in body:
+        return 400, {"error": {"message": "prompt must be a string"}}
+    count = len(state.text_only(body["prompt"])["input_ids"])
+    usage = {"prompt_tokens": count, "completion_tokens": 2}
+    if body.get("echo"):
+        if not state.echo:
+            return 400, {"error": {"message": "echo is not supported"}}
+        logprobs = {"token_logprobs": [None] + [-0.25] * (count - 1)}
+        return 200, {"choices": [{"text": body["prompt"], "logprobs": logprobs}], "usage": usage}
+    return 200, {"choices": [{"text": " Paris.\nNext"}], "usage": usage}
 
 
 @pytest.fixture(autouse=True)
@@ -108,6 +134,7 @@ def test_perplexity_reads_each_prompt_tokens_log_probability(fake, lm):
 
 def test_a_5xx_is_tried_again_and_a_4xx_is_one_line(fake, lm):
     backend = OpenAIBackend(lm, [fake.url])
+    fake.seen.clear()  # the dialect probe
     fake.failures = 2
     assert backend.generate([GenerationRequest("", 4, input_ids=(5,))])[0].token_ids == (11, 12, 2)
     assert len(fake.seen) == 3
@@ -143,10 +170,42 @@ def test_the_method_must_be_the_servers(fake, lm):
         pass
 
 
-def test_a_server_without_token_ids_is_refused(fake, lm):
+def test_a_server_that_accepted_token_ids_and_returns_none_is_one_line(fake, lm):
+    backend = OpenAIBackend(lm, [fake.url])  # the probe had token ids
     fake.token_ids = None
-    with pytest.raises(LampeEvalError, match="no token ids"):
-        OpenAIBackend(lm, [fake.url]).generate([GenerationRequest("", 4, input_ids=(5,))])
+    with pytest.raises(LampeEvalError, match="returned no token ids"):
+        backend.generate([GenerationRequest("", 4, input_ids=(5,))])
+
+
+def test_a_server_without_token_ids_gets_the_prompt_text_checked_by_both_tokenizers(fake, lm):
+    fake.text_only = lm.tokenizer
+    backend = OpenAIBackend(lm, [fake.url])
+    assert not backend.endpoints[0].token_ids and "text prompts" in backend.describe()["settings"]
+    ids = tuple(lm.tokenizer("The capital of France is")["input_ids"])
+    with backend.install(create_method("rope", 8192, 8192)):
+        (got,) = backend.generate([GenerationRequest("", 8, input_ids=ids, stop=("\n",))])
+    sent = fake.seen[-1]
+    assert (
+        sent["prompt"] == "The capital of France is" and sent["stop"] == ["\n"] and "ignore_eos" not in sent
+    )
+    assert got.text == " Paris."  # cut at the stop string; the tokens are the answer read back
+    assert got.token_ids == tuple(lm.tokenizer.encode(" Paris.\nNext"))
+    fake.text_only = lambda text: {"input_ids": [0, *lm.tokenizer(text)["input_ids"]]}  # another tokenizer
+    with pytest.raises(LampeEvalError, match="counted 6 prompt tokens where lampe-eval's tokenizer gives 5"):
+        backend.generate([GenerationRequest("", 8, input_ids=ids)])
+
+
+def test_perplexity_from_a_text_server_reads_echo_and_logprobs_or_is_refused(fake, lm):
+    fake.text_only = lm.tokenizer
+    ids = tuple(lm.tokenizer("one two three four")["input_ids"])
+    (nll,) = OpenAIBackend(lm, [fake.url]).token_nll([NLLRequest(ids)])
+    sent = fake.seen[-1]
+    assert sent["echo"] is True and sent["logprobs"] == 0 and sent["max_tokens"] == 0
+    assert nll.tokens == len(ids) - 1 and nll.nll_sum == pytest.approx(0.25 * (len(ids) - 1))
+    fake.echo = False
+    with pytest.raises(LampeEvalError, match="perplexity needs echo . logprobs") as error:
+        OpenAIBackend(lm, [fake.url]).token_nll([NLLRequest(ids)])
+    assert "\n" not in str(error.value)
 
 
 @pytest.mark.parametrize(
@@ -175,6 +234,7 @@ def test_several_endpoints_share_the_requests_and_one_down_leaves_the_others_the
     """Requests go to the endpoints in turn; an endpoint that stays down (a server killed mid-run) hands
     its requests to the others; with every endpoint down the line names them all."""
     backend = OpenAIBackend(lm, [fake.url, second.url], batch_size=2)
+    fake.seen.clear(), second.seen.clear()  # the dialect probes
     requests = [GenerationRequest("", 4, input_ids=(5, i)) for i in range(4)]
     assert [g.token_ids for g in backend.generate(requests)] == [(11, 12, 2)] * 4
     assert len(fake.seen) == len(second.seen) == 2
@@ -185,3 +245,56 @@ def test_several_endpoints_share_the_requests_and_one_down_leaves_the_others_the
     with pytest.raises(LampeEvalError, match="every endpoint is down") as error:
         backend.generate(requests[:1])
     assert "\n" not in str(error.value)
+
+
+def test_a_run_whose_server_goes_down_keeps_its_samples_and_resumes_and_another_server_recomputes(
+    fake, tmp_path
+):
+    """Through the CLI: the server answers one sample, then stays down: the job ends with one line, the
+    finished sample is kept; a rerun with the server back computes the other two only; a server of
+    another release recomputes the three, saying so once."""
+    from typer.testing import CliRunner
+
+    from lampe_eval.cli import app
+
+    rope = create_method("rope", 4096, 4096)
+    fake.lampe = {"method": "rope", "label": rope.label(), "params": rope.params(), "vllm_version": "0.32.0"}
+    fake.lampe["lampe_eval_version"] = "1.0"
+    out = tmp_path / "R"
+    args = [
+        "run",
+        "--model",
+        "smollm2-135m",
+        "--method",
+        "rope",
+        "--bench",
+        "ruler",
+        "--task",
+        "niah_single_1",
+    ]
+    args += ["--len", "4k", "--limit", "3", "--backend", "openai", "--endpoint", fake.url, "--out", str(out)]
+
+    def run() -> tuple[int, str, list[dict[str, Any]]]:
+        result = CliRunner().invoke(app, [*args, "--no-progress"])
+        lines = (out / "records.jsonl").read_text().splitlines() if (out / "records.jsonl").exists() else []
+        return result.exit_code, result.output, [json.loads(line) for line in lines]
+
+    fake.down_after = 1  # one sample (a server with /lampe is not probed)
+    code, output, records = run()
+    failed = [line for line in output.splitlines() if line.startswith("failed:")]
+    assert (
+        code != 0 and len(records) == 1 and len(failed) == 1 and "HTTP 503: busy (after 3 tries)" in failed[0]
+    )
+    fake.down_after, fake.failures = None, 0  # the server is back
+    code, output, records = run()
+    assert code == 0 and len(records) == 3 and len({r["index"] for r in records}) == 3  # nothing twice
+    assert (
+        "serving rope" in records[0]["engine"]["settings"]
+        and records[0]["engine"]["backend_version"] == "0.32.0"
+    )
+    code, output, records = run()
+    assert code == 0 and len(records) == 3 and "computed again" not in output  # the same server resumes
+    fake.lampe["lampe_eval_version"] = "1.1"
+    code, output, records = run()
+    warned = [line for line in output.splitlines() if "computed again" in line]
+    assert code == 0 and len(records) == 6 and len(warned) == 1 and "lampe-eval 1.1" in warned[0], output

@@ -2,14 +2,16 @@
 project did not write, on a model beyond Llama: a random Qwen3 (per-head query/key norms before RoPE, run
 by vLLM's own ``Qwen3Attention``) saved in a local directory. The ``openai`` package's client gets the
 Hugging Face backend's greedy tokens for a token-id prompt (so the family runs on both backends with the
-same arithmetic), requests of different lengths sent at once get what each gets alone, a prompt too long
-gets an HTTP 400 and the server keeps serving, ``GET /lampe`` names the method and its parameters, and
+same arithmetic), 32 requests of different lengths from 4 clients at once get what each gets alone, a
+prompt too long or a malformed request gets an HTTP 400 and the server keeps serving (so it does when a
+client leaves mid-request), ``GET /lampe`` (and ``/v1/models``) names the method and its parameters, and
 SIGTERM ends the server. (Phi-3 gave the HF backend's tokens for lampe, selfextend, dca and yarn when
 checked by hand the same way; OLMo 2 is refused on vLLM: vLLM 0.32 runs it through its Transformers
 fallback.)"""
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import signal
@@ -17,6 +19,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
@@ -126,12 +129,42 @@ def test_the_openai_client_gets_the_hf_backends_tokens(client, qwen3):
     assert served(client, prompt) == expected
 
 
-def test_requests_sent_at_once_get_what_each_gets_alone(client):
-    prompts = [ids(length, seed) for seed, length in enumerate((900, 300, 640, 40))]
-    alone = [served(client, p) for p in prompts]
+def test_32_requests_from_4_clients_at_once_get_what_each_gets_alone(server):
+    """32 prompts of 40-970 tokens, sent by 4 clients at once (8 each, the server batching 4): no plan
+    crosses requests."""
+    prompts = [ids(length, seed) for seed, length in enumerate(range(40, 1000, 30))]
+    clients = [openai.OpenAI(base_url=f"{server[0]}/v1", api_key="-", max_retries=0) for _ in range(4)]
+    alone = [served(clients[0], p) for p in prompts]
     with ThreadPoolExecutor(4) as pool:
-        together = list(pool.map(lambda p: served(client, p), prompts))
-    assert together == alone
+        parts = list(pool.map(lambda k: [served(clients[k], p) for p in prompts[k::4]], range(4)))
+    together: list[list[int]] = [[] for _ in prompts]
+    for k, part in enumerate(parts):
+        together[k::4] = part
+    assert len(prompts) == 32 and together == alone
+
+
+def test_v1_models_carries_what_runs(server):
+    listing = json.load(urllib.request.urlopen(f"{server[0]}/v1/models"))
+    assert listing["data"][0]["id"] == "qwen3" and listing["lampe"]["method"] == "lampe"
+
+
+def test_a_malformed_request_is_a_400_and_a_client_gone_mid_request_stops_nothing(server, client):
+    for body in (
+        b"{not json",
+        json.dumps({"model": "qwen3", "prompt": [[5, 6]], "max_tokens": "x"}).encode(),
+    ):
+        request = urllib.request.Request(
+            f"{server[0]}/v1/completions", data=body, headers={"Content-Type": "application/json"}
+        )
+        with pytest.raises(urllib.error.HTTPError) as error:
+            urllib.request.urlopen(request, timeout=60)
+        assert error.value.code == 400
+    host, port = server[0].removeprefix("http://").split(":")
+    long_one = {"model": "qwen3", "prompt": [ids(900)], "max_tokens": 100, "ignore_eos": True}
+    gone = http.client.HTTPConnection(host, int(port), timeout=60)
+    gone.request("POST", "/v1/completions", json.dumps(long_one), {"Content-Type": "application/json"})
+    gone.sock.close()  # the client leaves before the answer
+    assert len(served(client, ids(100))) == NEW and server[1].poll() is None
 
 
 def test_a_prompt_too_long_is_a_400_and_the_server_keeps_serving(client):
@@ -175,6 +208,24 @@ def test_a_job_whose_method_the_server_does_not_run_is_refused_in_one_line(serve
     assert (
         result.exit_code != 0 and "serves lampe(" in result.output and "asks for selfextend" in result.output
     )
+
+
+def test_the_text_dialect_gives_what_token_ids_give(server, qwen3):
+    """``--backend openai``'s path for servers without vLLM's extensions (text prompts checked by both
+    tokenizers, ``echo`` + ``logprobs``), run against this server: the same text and log-probabilities as
+    its token-id path."""
+    from lampe_eval.backends.base import NLLRequest
+    from lampe_eval.backends.openai import OpenAIBackend
+    from lampe_eval.models import load_for_engine
+
+    lm = load_for_engine(qwen3)
+    ids = tuple(lm.tokenizer("The quick brown fox jumps over the lazy dog. " * 30)["input_ids"])
+    request = GenerationRequest("", NEW, input_ids=ids)
+    exact, text = (OpenAIBackend(lm, [server[0]], token_ids=flag) for flag in (True, False))
+    got = exact.generate([request])[0]
+    assert got.text.strip() and got.text == text.generate([request])[0].text
+    (a,), (b,) = exact.token_nll([NLLRequest(ids)]), text.token_nll([NLLRequest(ids)])
+    assert a.tokens == b.tokens == len(ids) - 1 and b.nll_sum == pytest.approx(a.nll_sum, rel=1e-5)
 
 
 # ---------------------------------------------------------- a harness this project did not write: lm-eval

@@ -1,21 +1,27 @@
 """``--backend openai --endpoint URL[,URL...]``: the benchmarks' requests sent to OpenAI-compatible
-endpoints that speak vLLM's extensions (``lampe-eval serve``, ``vllm serve``): the exact prompt tokens
-(a token-id ``prompt``), the new tokens back (``return_token_ids``), greedy with the model's end tokens
-(``ignore_eos`` + ``stop_token_ids``, as the vLLM backend asks its engine) and, for perplexity, each prompt
-token's log-probability (``prompt_logprobs``). A server that answers without them is refused in one
-line: text alone cannot give the records the other backends write.
+endpoints. A server that speaks vLLM's extensions (``lampe-eval serve``, ``vllm serve``) gets the exact
+prompt tokens (a token-id ``prompt``), gives the new tokens back (``return_token_ids``), runs greedy with
+the model's end tokens (``ignore_eos`` + ``stop_token_ids``, as the vLLM backend asks its engine) and, for
+perplexity, each prompt token's log-probability (``prompt_logprobs``). Any other server (one that refuses
+token-id prompts or answers without token ids: found by one probe request) gets the prompt's text,
+checked twice: lampe-eval's tokenizer gives back the prompt's exact tokens from that text, and the
+server's count of prompt tokens (``usage``) is that length; perplexity there reads ``echo`` +
+``logprobs``, and a server that offers neither is refused for it in one line.
 
 The method is the server's: before a job runs, ``GET /lampe`` must name the job's method with the same
 parameters (``lampe-eval serve --method M --len L`` with the job's method and length); a server without
-``/lampe`` (plain ``vllm serve``) runs the unpatched model, so only ``rope`` is accepted there. Requests
-go to the endpoints in turn, ``--batch-size`` at once per endpoint. A connection error, a 5xx or a 429 is
-tried again (1, 2, 4, 8 s apart); after the last try the request goes to the next endpoint (a server killed
-mid-run leaves the others the work), and once every endpoint is down the run stops with one line, the
-sample is not recorded, and a rerun resumes it.
+``/lampe`` (plain ``vllm serve``) runs the unpatched model, so only ``rope`` is accepted there. The
+records' engine identity holds the served model, the served method and the server's versions: a resume
+against another server recomputes, with one warning. Requests go to the endpoints in turn,
+``--batch-size`` at once per endpoint. A connection error, a 5xx or a 429 is tried again (1, 2, 4, 8 s
+apart); after the last try the request goes to the next endpoint (a server killed mid-run leaves the
+others the work), and once every endpoint is down the job stops with one line, the sample is not
+recorded, and a rerun resumes it.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import time
@@ -24,6 +30,7 @@ import urllib.request
 from collections.abc import Hashable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -52,18 +59,58 @@ RETRY_SECONDS = (1, 2, 4, 8)  # waits between the tries of one request
 TIMEOUT = 3600  # seconds one request may take (a long prefill on a busy server)
 
 
+@dataclass(frozen=True)
+class Endpoint:
+    """One server: its URL, what ``GET /lampe`` says it runs (None: a server without it) and whether it
+    takes token-id prompts and returns token ids (vLLM's extensions)."""
+
+    url: str
+    served: dict[str, Any] | None
+    token_ids: bool
+
+
 @BACKENDS.register("openai")
 class OpenAIBackend(BaseBackend):
     """A client of OpenAI-compatible endpoints serving the model (see the module docstring)."""
 
     placement = Placement.REMOTE
 
-    def __init__(self, lm: LoadedModel, endpoints: Sequence[str], batch_size: int = 1) -> None:
+    def __init__(
+        self,
+        lm: LoadedModel,
+        endpoints: Sequence[str],
+        batch_size: int = 1,
+        token_ids: bool | None = None,
+    ) -> None:
+        """``token_ids`` None: each endpoint's dialect is probed; True/False: taken as said."""
         super().__init__(lm, batch_size)
-        self.endpoints = [url.rstrip("/") for url in endpoints]
-        self.served: list[dict[str, Any] | None] = [served_method(url) for url in self.endpoints]
+        urls = [url.rstrip("/") for url in endpoints]
+        self._model = model_name(urls[0])
         self._eos = directory_eos_ids(lm.extra.get("source"), lm.tokenizer)  # what the HF backend stops at
-        self._model = self._model_name()
+        self.endpoints = [self._endpoint(url, token_ids) for url in urls]
+
+    def _endpoint(self, url: str, token_ids: bool | None) -> Endpoint:
+        served = served_method(url)
+        if token_ids is None:
+            token_ids = served is not None or self._takes_token_ids(url)
+        return Endpoint(url, served, token_ids)
+
+    def _takes_token_ids(self, url: str) -> bool:
+        """One probe request: a token-id prompt of one token, asking for the new token's id back."""
+        probe = {"model": self._model, "prompt": [[self._probe_token()]], "max_tokens": 1}
+        try:
+            answer = post(f"{url}/v1/completions", {**probe, "temperature": 0.0, "return_token_ids": True})
+        except EndpointDown:
+            raise
+        except LampeEvalError:  # a 4xx: the server refuses token-id prompts or vLLM's fields
+            return False
+        return answer.get("choices", [{}])[0].get("token_ids") is not None
+
+    def _probe_token(self) -> int:
+        tokenizer = self.lm.tokenizer
+        return int(
+            tokenizer.bos_token_id if tokenizer.bos_token_id is not None else prompt_ids(tokenizer, "Hi")[0]
+        )
 
     # ------------------------------------------------------------------------- before loading
     @classmethod
@@ -103,7 +150,8 @@ class OpenAIBackend(BaseBackend):
     def _checked(self, method: Method) -> Iterator[None]:
         """The job's method must be what every endpoint serves."""
         wanted = json.loads(json.dumps(method.params(), sort_keys=True, default=str))
-        for url, served in zip(self.endpoints, self.served, strict=True):
+        for endpoint in self.endpoints:
+            url, served = endpoint.url, endpoint.served
             if served is None and method.kind != "baseline":
                 raise LampeEvalError(
                     f"{url} serves the model without a method (no /lampe): only --method rope runs there; "
@@ -121,14 +169,23 @@ class OpenAIBackend(BaseBackend):
         return rope_base_from_config(self.lm.extra["config"], self.lm.pretraining_window)
 
     def describe(self) -> dict[str, Any]:
-        served = next((s for s in self.served if s is not None), None)
+        """What made the numbers: the served model, the method the server runs and its versions (the
+        engine identity compares ``backend_version`` and ``settings``); the endpoints' count is not in it."""
+        first = self.endpoints[0]
+        served = first.served or {}
+        running = served.get("label") or "no method (a server without /lampe)"
+        version = served.get("lampe_eval_version")
+        prompts = "token ids" if all(e.token_ids for e in self.endpoints) else "text prompts"
         return {
             "backend": self.name,
-            "backend_version": (served or {}).get("vllm_version") or "unknown",
+            "backend_version": served.get("vllm_version") or "unknown",
             "dtype": "-",
             "device": "remote",
-            "kernel": "vllm-lampe" if served else "-",
-            "settings": f"{len(self.endpoints)} endpoint(s), greedy, token ids",
+            "kernel": "vllm-lampe" if first.served else "-",
+            "settings": f"{self._model} serving {running}"
+            + (f", lampe-eval {version}" if version else "")
+            + f", greedy, {prompts}",
+            "endpoints": len(self.endpoints),
         }
 
     def batch_key(self, request: Request) -> Hashable:
@@ -154,70 +211,130 @@ class OpenAIBackend(BaseBackend):
         serves the same model and method): one line once every endpoint is down."""
         down = []
         for step in range(len(self.endpoints)):
-            url = self.endpoints[(first + step) % len(self.endpoints)]
             try:
-                return call(url, request)
+                return call(self.endpoints[(first + step) % len(self.endpoints)], request)
             except EndpointDown as error:
                 down.append(str(error))
         raise EndpointDown(down[0] if len(down) == 1 else f"every endpoint is down: {'; '.join(down)}")
 
-    def _generate_one(self, url: str, request: GenerationRequest) -> Generation:
+    def _generate_one(self, endpoint: Endpoint, request: GenerationRequest) -> Generation:
         ids = (
             list(request.input_ids)
             if request.input_ids is not None
             else prompt_ids(self.lm.tokenizer, request.prompt)
         )
-        start = time.perf_counter()
-        answer = post(
-            f"{url}/v1/completions",
-            {
-                "model": self._model,
-                "prompt": [ids],
-                "max_tokens": max(1, request.max_new_tokens),
-                "min_tokens": request.min_new_tokens,
-                "temperature": 0.0,
-                "ignore_eos": True,  # the end tokens are ours: the model's and the request's
-                "stop_token_ids": sorted(self._eos | set(request.stop_token_ids)),
-                "return_token_ids": True,
-            },
-        )
-        seconds = time.perf_counter() - start
-        tokens = answer["choices"][0].get("token_ids")
-        if tokens is None:
-            raise LampeEvalError(f"{url} returned no token ids (return_token_ids): use a vLLM server")
         eos = self._eos | set(request.stop_token_ids)
+        body: dict[str, Any] = {
+            "model": self._model,
+            "max_tokens": max(1, request.max_new_tokens),
+            "temperature": 0.0,
+        }
+        start = time.perf_counter()
+        if endpoint.token_ids:
+            body |= {
+                "prompt": [ids],
+                "min_tokens": request.min_new_tokens,
+                "ignore_eos": True,  # the end tokens are ours: the model's and the request's
+                "stop_token_ids": sorted(eos),
+                "return_token_ids": True,
+            }
+            choice = post(f"{endpoint.url}/v1/completions", body)["choices"][0]
+            tokens = choice.get("token_ids")
+            if tokens is None:
+                raise LampeEvalError(f"{endpoint.url} returned no token ids (return_token_ids)")
+        else:  # the server's own end tokens; the text read back into tokens with lampe-eval's tokenizer
+            body |= {"prompt": self._prompt_text(request, ids)}
+            body |= {"stop": list(request.stop)[:4]} if request.stop else {}  # the API takes up to 4
+            answer = post(f"{endpoint.url}/v1/completions", body)
+            self._check_prompt_count(endpoint, answer, len(ids))
+            tokens = self.lm.tokenizer.encode(
+                answer["choices"][0].get("text") or "", add_special_tokens=False
+            )
+        seconds = time.perf_counter() - start
         kept, text = finish(torch.tensor(tokens, dtype=torch.long), eos, request.stop, self.lm.tokenizer)
         return Generation(text, len(ids), int(kept.shape[0]), seconds, tuple(kept.tolist()))
 
-    def _nll_one(self, url: str, request: NLLRequest) -> TokenNLL:
+    def _nll_one(self, endpoint: Endpoint, request: NLLRequest) -> TokenNLL:
         ids = list(request.input_ids)
         start = time.perf_counter()
-        answer = post(
-            f"{url}/v1/completions",
-            {
-                "model": self._model,
-                "prompt": [ids],
-                "max_tokens": 1,
-                "temperature": 0.0,
-                "prompt_logprobs": 0,
-            },
-        )
-        rows = answer["choices"][0].get("prompt_logprobs")
-        if rows is None:
-            raise LampeEvalError(f"{url} returned no prompt_logprobs: perplexity needs a vLLM server")
-        logprobs = [float(row[str(token)]["logprob"]) for row, token in zip(rows[1:], ids[1:], strict=True)]
+        if endpoint.token_ids:
+            logprobs = self._prompt_logprobs(endpoint, ids)
+        else:
+            logprobs = self._echo_logprobs(endpoint, ids)
         return nll_sums(logprobs, request.tail_from, time.perf_counter() - start)
 
-    def _model_name(self) -> str:
-        """The model name the first endpoint serves (``/v1/models``)."""
-        listing = get(f"{self.endpoints[0]}/v1/models")
-        names = [m["id"] for m in listing.get("data", [])]
-        if not names:
-            raise LampeEvalError(f"{self.endpoints[0]}/v1/models lists no model")
-        return str(names[0])
+    def _prompt_logprobs(self, endpoint: Endpoint, ids: list[int]) -> list[float]:
+        """Each prompt token's log-probability after the first (vLLM's ``prompt_logprobs``)."""
+        body = {"model": self._model, "prompt": [ids], "max_tokens": 1, "temperature": 0.0}
+        answer = post(f"{endpoint.url}/v1/completions", {**body, "prompt_logprobs": 0})
+        rows = answer["choices"][0].get("prompt_logprobs")
+        if rows is None:
+            raise LampeEvalError(f"{endpoint.url} returned no prompt_logprobs: perplexity needs them")
+        return [float(row[str(token)]["logprob"]) for row, token in zip(rows[1:], ids[1:], strict=True)]
+
+    def _echo_logprobs(self, endpoint: Endpoint, ids: list[int]) -> list[float]:
+        """The same from a text prompt, through the completions API's ``echo`` + ``logprobs``."""
+        body = {"model": self._model, "prompt": self._prompt_text(None, ids), "max_tokens": 0}
+        try:
+            answer = post(f"{endpoint.url}/v1/completions", {**body, "echo": True, "logprobs": 0})
+        except EndpointDown:
+            raise
+        except LampeEvalError as error:
+            raise LampeEvalError(
+                f"perplexity needs echo + logprobs, which {endpoint.url} refused ({error})"
+            ) from None
+        logprobs = (answer["choices"][0].get("logprobs") or {}).get("token_logprobs")
+        if not logprobs:
+            raise LampeEvalError(
+                f"{endpoint.url} returned no echo + logprobs: perplexity needs a server that offers them "
+                "(or prompt_logprobs with token-id prompts, as vLLM's)"
+            )
+        if len(logprobs) != len(ids):
+            raise _other_tokenizer(endpoint.url, len(logprobs), len(ids))
+        return [float(x) for x in logprobs[1:]]
+
+    def _prompt_text(self, request: GenerationRequest | None, ids: list[int]) -> str:
+        """The text a server turns into ``ids`` (adding the start token itself, as servers do): the
+        request's prompt, else the ids decoded; refused in one line when lampe-eval's own tokenizer does
+        not give ``ids`` back from it."""
+        tokenizer = self.lm.tokenizer
+        if request is not None and request.prompt and request.input_ids is None:
+            text = request.prompt
+        else:
+            text = tokenizer.decode(ids, skip_special_tokens=False)
+        bos = tokenizer.bos_token
+        if bos and text.startswith(bos) and prompt_ids(tokenizer, "")[:1] == [tokenizer.bos_token_id]:
+            text = text[len(bos) :]  # the server adds it
+        if prompt_ids(tokenizer, text) != ids:
+            raise LampeEvalError(
+                "this prompt's tokens do not survive decoding to text and encoding again, and the endpoint "
+                "takes text prompts only: serve the model with vLLM (token-id prompts)"
+            )
+        return text
+
+    def _check_prompt_count(self, endpoint: Endpoint, answer: dict[str, Any], expected: int) -> None:
+        counted = (answer.get("usage") or {}).get("prompt_tokens")
+        if counted is not None and int(counted) != expected:
+            raise _other_tokenizer(endpoint.url, int(counted), expected)
+
+
+def _other_tokenizer(url: str, served: int, expected: int) -> LampeEvalError:
+    return LampeEvalError(
+        f"{url} counted {served} prompt tokens where lampe-eval's tokenizer gives {expected}: the server "
+        "tokenizes differently (another model or tokenizer?); serve the --model given here"
+    )
 
 
 # ------------------------------------------------------------------------------------ HTTP
+def model_name(url: str) -> str:
+    """The model name the endpoint serves (``/v1/models``)."""
+    listing = get(f"{url}/v1/models")
+    names = [m["id"] for m in listing.get("data", [])]
+    if not names:
+        raise LampeEvalError(f"{url}/v1/models lists no model")
+    return str(names[0])
+
+
 def served_method(url: str) -> dict[str, Any] | None:
     """What ``lampe-eval serve`` at ``url`` runs (``GET /lampe``); None for a server without it."""
     try:
@@ -256,7 +373,7 @@ def _call(request: urllib.request.Request) -> dict[str, Any]:
             if error.code != 429 and error.code < 500:
                 raise LampeEvalError(f"{request.full_url}: HTTP {error.code}: {detail}") from None
             problem = f"HTTP {error.code}: {detail}"
-        except (urllib.error.URLError, ConnectionError, TimeoutError) as error:
+        except (urllib.error.URLError, ConnectionError, TimeoutError, http.client.HTTPException) as error:
             problem = str(getattr(error, "reason", error))
         if wait is not None:
             time.sleep(wait)

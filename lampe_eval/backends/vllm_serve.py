@@ -5,12 +5,14 @@ arguments, same environment, its keys in vLLM's paged cache), so a served answer
 backend's. Each request gets its own plan in the worker, from its prompt length and its ``max_tokens``
 (:mod:`.vllm_attention`): requests arrive in any order, any number at once. A prompt longer than the
 server's length gets vLLM's own HTTP 400, and the server keeps serving. ``GET /lampe`` answers what the
-server runs (model, method, its resolved parameters, versions), for a client to record.
+server runs (model, method, its resolved parameters, versions), for a client to record; ``GET /v1/models``
+carries the same beside its list (``"lampe"``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,12 +33,23 @@ class ServeSettings:
 
 
 async def lampe_info(request: Any, call_next: Any) -> Any:
-    """An HTTP middleware (vLLM's ``--middleware``): ``GET /lampe`` answers :data:`INFO`."""
-    if request.url.path == "/lampe":
-        from fastapi.responses import JSONResponse
+    """An HTTP middleware (vLLM's ``--middleware``): ``GET /lampe`` answers :data:`INFO`, and ``GET
+    /v1/models`` gets it as a ``"lampe"`` field beside the list."""
+    from fastapi.responses import JSONResponse
 
+    if request.url.path == "/lampe":
         return JSONResponse(INFO)
-    return await call_next(request)
+    response = await call_next(request)
+    if request.url.path != "/v1/models" or response.status_code != 200:
+        return response
+    body = json.loads(b"".join([chunk async for chunk in response.body_iterator]))
+    return JSONResponse({**body, "lampe": INFO})
+
+
+def served_model_length(longest: int) -> int:
+    """The engine's length for prompts + generations of up to ``longest`` tokens: one more, since a
+    perplexity request of ``longest`` tokens asks for one new token (vLLM counts it)."""
+    return model_length(longest + 1)
 
 
 def serve(backend: VLLMBackend, method: Method, model: str, settings: ServeSettings) -> None:
@@ -47,7 +60,7 @@ def serve(backend: VLLMBackend, method: Method, model: str, settings: ServeSetti
     from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    model_len = model_length(settings.max_len)
+    model_len = served_model_length(settings.max_len)
     copies = method_key_copies(method, backend.rope_base())
     backend.check_room(model_len, copies)
     backend.engine_environment(copies)
