@@ -68,11 +68,13 @@ demo: setup
 
 # One layer's prefill attention per method, then whole-model greedy decoding of SmolLM2 at 4K and 16K
 # (decode_speed.py: ~30 min on a 2-core CPU; --lens 4k for a quick run), then generation throughput of the
-# backends (backend_throughput.py: HF batch 1, HF batched, vLLM; docs/vllm.md).
+# backends (backend_throughput.py: HF batch 1, HF batched, vLLM; docs/vllm.md), then --backend openai against
+# a local lampe-eval serve on the decode-heavy workload (docs/serving.md).
 bench: setup
 	$(BIN)/python benchmarks/attention_speed.py
 	$(BIN)/python benchmarks/decode_speed.py
 	$(BIN)/python benchmarks/backend_throughput.py
+	$(BIN)/python benchmarks/backend_throughput.py --workloads decode --backends vllm,openai --repeats 2
 
 # The GPU path in one command: (a) every method's attention vs the portable path and the dense oracle,
 # (b) patched vs unpatched logits, (c) prefill/decode time vs plain FlashAttention at 32K and 128K

@@ -21,6 +21,11 @@ class UnsupportedModelError(LampeEvalError):
     """The model's architecture cannot be patched by this method."""
 
 
+class BackendGone(LampeEvalError):
+    """The engine or server a backend speaks to is gone (every endpoint down): nothing more can run on it in
+    this run, so a worker's later units fail at once with this line; a rerun resumes them."""
+
+
 class MissingDataError(LampeEvalError):
     """A dataset or file that a benchmark needs is not available."""
 

@@ -250,9 +250,10 @@ def test_several_endpoints_share_the_requests_and_one_down_leaves_the_others_the
 def test_a_run_whose_server_goes_down_keeps_its_samples_and_resumes_and_another_server_recomputes(
     fake, tmp_path
 ):
-    """Through the CLI: the server answers one sample, then stays down: the job ends with one line, the
-    finished sample is kept; a rerun with the server back computes the other two only; a server of
-    another release recomputes the three, saying so once."""
+    """Through the CLI, two jobs of three samples: the server answers one sample, then stays down: that job
+    ends with one line, the other is not tried (one line at once), the finished sample is kept; a rerun with
+    the server back computes the other five only; a server of another release recomputes the six, saying
+    so once per job."""
     from typer.testing import CliRunner
 
     from lampe_eval.cli import app
@@ -261,40 +262,30 @@ def test_a_run_whose_server_goes_down_keeps_its_samples_and_resumes_and_another_
     fake.lampe = {"method": "rope", "label": rope.label(), "params": rope.params(), "vllm_version": "0.32.0"}
     fake.lampe["lampe_eval_version"] = "1.0"
     out = tmp_path / "R"
-    args = [
-        "run",
-        "--model",
-        "smollm2-135m",
-        "--method",
-        "rope",
-        "--bench",
-        "ruler",
-        "--task",
-        "niah_single_1",
-    ]
-    args += ["--len", "4k", "--limit", "3", "--backend", "openai", "--endpoint", fake.url, "--out", str(out)]
+    args = ["run", "--model", "smollm2-135m", "--method", "rope", "--bench", "ruler"]
+    args += ["--task", "niah_single_1,niah_single_2", "--len", "4k", "--limit", "3"]
+    args += ["--backend", "openai", "--endpoint", fake.url, "--out", str(out), "--no-progress"]
 
     def run() -> tuple[int, str, list[dict[str, Any]]]:
-        result = CliRunner().invoke(app, [*args, "--no-progress"])
+        result = CliRunner().invoke(app, args)
         lines = (out / "records.jsonl").read_text().splitlines() if (out / "records.jsonl").exists() else []
         return result.exit_code, result.output, [json.loads(line) for line in lines]
 
     fake.down_after = 1  # one sample (a server with /lampe is not probed)
     code, output, records = run()
     failed = [line for line in output.splitlines() if line.startswith("failed:")]
-    assert (
-        code != 0 and len(records) == 1 and len(failed) == 1 and "HTTP 503: busy (after 3 tries)" in failed[0]
-    )
+    assert code != 0 and len(records) == 1 and len(failed) == 2, output
+    assert "HTTP 503: busy (after 3 tries)" in failed[0] and "not run: " in failed[1]
+    assert len(fake.seen) == 1 + 3  # one answer, three tries; the second job sent nothing
     fake.down_after, fake.failures = None, 0  # the server is back
     code, output, records = run()
-    assert code == 0 and len(records) == 3 and len({r["index"] for r in records}) == 3  # nothing twice
-    assert (
-        "serving rope" in records[0]["engine"]["settings"]
-        and records[0]["engine"]["backend_version"] == "0.32.0"
-    )
+    assert code == 0 and len(records) == 6  # nothing twice
+    assert len({(r["task"], r["index"]) for r in records}) == 6
+    engine = records[0]["engine"]
+    assert "serving rope" in engine["settings"] and engine["backend_version"] == "0.32.0"
     code, output, records = run()
-    assert code == 0 and len(records) == 3 and "computed again" not in output  # the same server resumes
+    assert code == 0 and len(records) == 6 and "computed again" not in output  # the same server resumes
     fake.lampe["lampe_eval_version"] = "1.1"
     code, output, records = run()
     warned = [line for line in output.splitlines() if "computed again" in line]
-    assert code == 0 and len(records) == 6 and len(warned) == 1 and "lampe-eval 1.1" in warned[0], output
+    assert code == 0 and len(records) == 12 and len(warned) == 2 and "lampe-eval 1.1" in warned[0], output

@@ -16,7 +16,7 @@ against another server recomputes, with one warning. Requests go to the endpoint
 ``--batch-size`` at once per endpoint. A connection error, a 5xx or a 429 is tried again (1, 2, 4, 8 s
 apart); after the last try the request goes to the next endpoint (a server killed mid-run leaves the
 others the work), and once every endpoint is down the job stops with one line, the sample is not
-recorded, and a rerun resumes it.
+recorded, the run's later jobs fail at once with that line (``BackendGone``), and a rerun resumes them.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from ..errors import LampeEvalError
+from ..errors import BackendGone, LampeEvalError
 from ..methods.base import Method, RopeBase
 from ..models import LoadedModel
 from ..prompts import prompt_ids
@@ -380,8 +380,9 @@ def _call(request: urllib.request.Request) -> dict[str, Any]:
     raise EndpointDown(f"{request.full_url}: {problem} (after {len(RETRY_SECONDS) + 1} tries)")
 
 
-class EndpointDown(LampeEvalError):
-    """An endpoint that stayed unreachable (or busy) through every try of a request."""
+class EndpointDown(BackendGone):
+    """An endpoint that stayed unreachable (or busy) through every try of a request: when no other endpoint
+    takes the request, the worker's later jobs are not tried (a rerun resumes them)."""
 
 
 def _message(error: urllib.error.HTTPError) -> str:

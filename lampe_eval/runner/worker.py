@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ..backends import BACKENDS, BaseBackend
 from ..backends.rounds import Evaluated
 from ..benchmarks.base import Benchmark, Sample
+from ..errors import BackendGone
 from ..records import SampleRecord, describe_identity, engine_identity
 from ..settings import DEFAULT_BACKEND, RunSettings
 from .events import Computed, Event, Failed, Finished, Loading, Skipped, Started, Warned
@@ -96,6 +97,7 @@ class Worker:
         self.versions = library_versions()
         self.backend: BaseBackend | None = None
         self.model_name: str | None = None
+        self.gone: str | None = None  # why the backend's engine or server is gone (BackendGone)
 
     def load(self, model: str) -> BaseBackend:
         """The backend with ``model`` loaded (kept across units of the same model): loaded by the backend's
@@ -130,6 +132,9 @@ class Worker:
     def run(self, unit: WorkUnit) -> Iterator[Event]:
         """Events for one unit; a failure becomes a ``fail`` event (the worker stays usable)."""
         uid = unit_id(unit)
+        if self.gone is not None:  # not tried again against what is gone
+            yield Failed(uid, f"not run: {self.gone}")
+            return
         try:
             if self.model_name != unit.job.model:
                 yield Loading(self.name, unit.job.model)
@@ -137,6 +142,8 @@ class Worker:
             yield Finished(uid)
         except Exception as err:  # noqa: BLE001 - reported to the driver, which keeps going
             message = failure_line(err)
+            if isinstance(err, BackendGone):
+                self.gone = message
             yield Failed(uid, message, traceback.format_exc())
 
     def _run(self, unit: WorkUnit, uid: str) -> Iterator[Event]:
