@@ -127,7 +127,7 @@ POSITION_METHODS = [
     "dpe",
     "ms_poe",
 ]
-FREQUENCY_METHODS = ["ntk", "yarn", "linear", "dynamic_ntk", "ntk_by_parts", "llama3", "longrope"]
+FREQUENCY_METHODS = ["ntk", "yarn", "linear", "dynamic_ntk", "ntk_by_parts", "llama3", "longrope", "cope"]
 ALL_METHODS = METHODS.names()
 
 

@@ -263,6 +263,11 @@ VALUES.update(
             "long_factor": lambda w, n: [",".join(["2"] * 8)],
             "attention_factor": lambda w, n: [1.1],
         },
+        "cope": {
+            "low": lambda w, n: [0, 4, 20],
+            "clip": lambda w, n: ["cosine", "hard"],
+            "model_scaling": lambda w, n: ["keep", "replace"],
+        },
     }
 )
 

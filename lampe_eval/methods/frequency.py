@@ -93,6 +93,15 @@ def check_model_scaling(method: Any, base: RopeBase, also_composes_with: tuple[s
         )
 
 
+def source_frequencies(
+    model_scaling: str, base: RopeBase, kv_len: int, theta: float | None = None
+) -> tuple[torch.Tensor, float]:
+    """What a frequency method changes: the model's own frequencies (``keep``) or plain RoPE (``replace``)."""
+    if model_scaling == REPLACE:
+        return plain_frequencies(_theta(base) if theta is None else theta, base.head_dim), 1.0
+    return own_frequencies(base, kv_len, theta)
+
+
 def validate_model_scaling(method: Any) -> None:
     if method.model_scaling not in (KEEP, REPLACE):
         raise LampeEvalError(f"{method.name}: model_scaling must be {KEEP!r} or {REPLACE!r}")
@@ -113,10 +122,7 @@ class _Factor(FrequencyMethod):
         validate_model_scaling(self)
 
     def source(self, base: RopeBase, kv_len: int, theta: float | None = None) -> tuple[torch.Tensor, float]:
-        """What the method scales: the model's own frequencies (``keep``) or plain RoPE (``replace``)."""
-        if self.model_scaling == REPLACE:
-            return plain_frequencies(_theta(base) if theta is None else theta, base.head_dim), 1.0
-        return own_frequencies(base, kv_len, theta)
+        return source_frequencies(self.model_scaling, base, kv_len, theta)
 
 
 @METHODS.register("linear")
