@@ -46,9 +46,10 @@ class ModelShape:
     def from_config(cls, name: str, config: Any, parameters: float | None = None) -> ModelShape:
         """The shape of a transformers config; ``parameters`` None: counted on the meta device."""
         config = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
-        heads = int(config.num_attention_heads)
+        from .models import head_counts
+
+        heads, key_heads = head_counts(config)
         head_dim = int(getattr(config, "head_dim", None) or int(config.hidden_size) // heads)
-        key_heads = int(getattr(config, "num_key_value_heads", None) or heads)
         hidden = int(config.hidden_size)
         intermediate = int(getattr(config, "intermediate_size", None) or 4 * hidden)
         return cls(

@@ -213,6 +213,13 @@ def _load_hf(
     return model, tokenizer
 
 
+def head_counts(config: Any) -> tuple[int, int]:
+    """A config's (query heads, key heads): the key heads default to the query heads (no grouping); (0, 0)
+    when the config does not say."""
+    heads = int(getattr(config, "num_attention_heads", None) or 0)
+    return heads, int(getattr(config, "num_key_value_heads", None) or heads)
+
+
 def window_from_config(config: Any) -> int:
     """The pretraining window: the original context when the config carries an inference-time rope
     scaling (YaRN, dynamic, ...), else ``max_position_embeddings``. Llama-3.1's "llama3" scaling is part

@@ -30,7 +30,7 @@ from ..errors import LampeEvalError, UnsupportedModelError
 from ..families import family_of_config
 from ..memory import GIB, KeyRows, MemoryEstimate, ModelShape, estimate, kv_bytes_per_token
 from ..methods.base import Method, RopeBase
-from ..models import LoadedModel, default_device, known_config, parse_dtype
+from ..models import LoadedModel, default_device, head_counts, known_config, parse_dtype
 from ..processes import environment
 from ..prompts import prompt_ids
 from ..settings import RunSettings
@@ -619,8 +619,7 @@ def model_length(longest: int) -> int:
 def rank_share(config: Any, ranks: int) -> float:
     """The share of the KV cache one of ``ranks`` tensor-parallel ranks holds (a rank caches its own key
     heads, at least one)."""
-    heads = int(getattr(config, "num_attention_heads", 0) or 1)
-    kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
+    kv_heads = head_counts(config)[1] or 1
     return max(1, kv_heads // max(1, ranks)) / kv_heads
 
 
@@ -629,8 +628,7 @@ def tensor_parallel_refusal(config: Any, ranks: int) -> str | None:
     an equal share of the query heads, and of the key heads or one key head replicated), else None."""
     if ranks == 1:
         return None
-    heads = int(getattr(config, "num_attention_heads", 0) or 0)
-    kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
+    heads, kv_heads = head_counts(config)
     if heads % ranks or (kv_heads % ranks and ranks % kv_heads):
         return (
             f"{heads} query and {kv_heads} key heads do not split over {ranks} tensor-parallel ranks: use a "

@@ -30,6 +30,7 @@ import torch
 from ..errors import LampeEvalError
 from ..methods import METHODS
 from ..methods.base import FrequencyMethod, Method, RopeBase
+from ..models import head_counts
 from .plans import PlanCache, method_key_copies
 from .rope_config import rope_base_from_config
 from .vllm_attention import (
@@ -158,10 +159,7 @@ def rank_heads(worker: WorkerBase, base: RopeBase) -> tuple[slice, slice] | None
     from vllm.distributed import get_tensor_model_parallel_rank
 
     rank = get_tensor_model_parallel_rank()
-    config = base.config
-    heads = int(config.num_attention_heads)
-    kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
-    return shard_heads(rank, ranks, heads, kv_heads)
+    return shard_heads(rank, ranks, *head_counts(base.config))
 
 
 def shard_heads(rank: int, ranks: int, heads: int, kv_heads: int) -> tuple[slice, slice]:

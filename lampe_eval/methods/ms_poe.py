@@ -24,18 +24,17 @@ import torch
 
 from ..attention import Band, Segment
 from ..errors import LampeEvalError
+from ..models import head_counts as model_head_counts
 from .base import METHODS, PositionMethod, RopeBase
 
 HEAD_ORDERS = ("normal", "index")
 
 
 def head_counts(base: RopeBase) -> tuple[int, int]:
-    config = base.config
-    heads = getattr(config, "num_attention_heads", None) if config is not None else None
+    heads, kv_heads = model_head_counts(base.config)
     if not heads:
         raise LampeEvalError("ms_poe: per-head positions need the model's number of attention heads")
-    kv_heads = getattr(config, "num_key_value_heads", None) or heads
-    return int(heads), int(kv_heads)
+    return heads, kv_heads
 
 
 @METHODS.register("ms_poe")
