@@ -190,6 +190,8 @@ def test_a_server_without_token_ids_gets_the_prompt_text_checked_by_both_tokeniz
     )
     assert got.text == " Paris."  # cut at the stop string; the tokens are the answer read back
     assert got.token_ids == tuple(lm.tokenizer.encode(" Paris.\nNext"))
+    (by_text,) = backend.generate([GenerationRequest("The capital of France is", 8)])  # a text request
+    assert fake.seen[-1]["prompt"] == "The capital of France is" and by_text.prompt_tokens == len(ids)
     fake.text_only = lambda text: {"input_ids": [0, *lm.tokenizer(text)["input_ids"]]}  # another tokenizer
     with pytest.raises(LampeEvalError, match="counted 6 prompt tokens where lampe-eval's tokenizer gives 5"):
         backend.generate([GenerationRequest("", 8, input_ids=ids)])

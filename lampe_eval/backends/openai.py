@@ -88,6 +88,8 @@ class OpenAIBackend(BaseBackend):
         self._model = model_name(urls[0])
         self._eos = directory_eos_ids(lm.extra.get("source"), lm.tokenizer)  # what the HF backend stops at
         self.endpoints = [self._endpoint(url, token_ids) for url in urls]
+        bos = lm.tokenizer.bos_token_id
+        self._adds_bos = bos is not None and prompt_ids(lm.tokenizer, "")[:1] == [bos]  # as servers do
 
     def _endpoint(self, url: str, token_ids: bool | None) -> Endpoint:
         served = served_method(url)
@@ -97,9 +99,9 @@ class OpenAIBackend(BaseBackend):
 
     def _takes_token_ids(self, url: str) -> bool:
         """One probe request: a token-id prompt of one token, asking for the new token's id back."""
-        probe = {"model": self._model, "prompt": [[self._probe_token()]], "max_tokens": 1}
+        probe = {"model": self._model, "prompt": [[self._probe_token()]], "max_tokens": 1, "temperature": 0.0}
         try:
-            answer = post(f"{url}/v1/completions", {**probe, "temperature": 0.0, "return_token_ids": True})
+            answer = post(f"{url}/v1/completions", {**probe, "return_token_ids": True})
         except EndpointDown:
             raise
         except LampeEvalError:  # a 4xx: the server refuses token-id prompts or vLLM's fields
@@ -181,7 +183,7 @@ class OpenAIBackend(BaseBackend):
             "backend_version": served.get("vllm_version") or "unknown",
             "dtype": "-",
             "device": "remote",
-            "kernel": "vllm-lampe" if first.served else "-",
+            "kernel": "vllm-lampe" if served else "-",
             "settings": f"{self._model} serving {running}"
             + (f", lampe-eval {version}" if version else "")
             + f", greedy, {prompts}",
@@ -243,7 +245,8 @@ class OpenAIBackend(BaseBackend):
             if tokens is None:
                 raise LampeEvalError(f"{endpoint.url} returned no token ids (return_token_ids)")
         else:  # the server's own end tokens; the text read back into tokens with lampe-eval's tokenizer
-            body |= {"prompt": self._prompt_text(request, ids)}
+            own = request.prompt if request.input_ids is None else None
+            body |= {"prompt": self._prompt_text(own, ids)}
             body |= {"stop": list(request.stop)[:4]} if request.stop else {}  # the API takes up to 4
             answer = post(f"{endpoint.url}/v1/completions", body)
             self._check_prompt_count(endpoint, answer, len(ids))
@@ -293,19 +296,16 @@ class OpenAIBackend(BaseBackend):
             raise _other_tokenizer(endpoint.url, len(logprobs), len(ids))
         return [float(x) for x in logprobs[1:]]
 
-    def _prompt_text(self, request: GenerationRequest | None, ids: list[int]) -> str:
-        """The text a server turns into ``ids`` (adding the start token itself, as servers do): the
-        request's prompt, else the ids decoded; refused in one line when lampe-eval's own tokenizer does
-        not give ``ids`` back from it."""
+    def _prompt_text(self, own: str | None, ids: list[int]) -> str:
+        """The text a server turns into ``ids`` (adding the start token itself, as servers do): ``own``,
+        the text ``ids`` were tokenized from, else the ids decoded; refused in one line when lampe-eval's
+        own tokenizer does not give ``ids`` back from it (tokenized again only when decoded or changed)."""
         tokenizer = self.lm.tokenizer
-        if request is not None and request.prompt and request.input_ids is None:
-            text = request.prompt
-        else:
-            text = tokenizer.decode(ids, skip_special_tokens=False)
+        text = own or tokenizer.decode(ids, skip_special_tokens=False)
         bos = tokenizer.bos_token
-        if bos and text.startswith(bos) and prompt_ids(tokenizer, "")[:1] == [tokenizer.bos_token_id]:
+        if bos and text.startswith(bos) and self._adds_bos:
             text = text[len(bos) :]  # the server adds it
-        if prompt_ids(tokenizer, text) != ids:
+        if text != own and prompt_ids(tokenizer, text) != ids:
             raise LampeEvalError(
                 "this prompt's tokens do not survive decoding to text and encoding again, and the endpoint "
                 "takes text prompts only: serve the model with vLLM (token-id prompts)"
