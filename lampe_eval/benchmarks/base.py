@@ -281,6 +281,24 @@ class Benchmark(ABC):
         return Metric(name)
 
 
+CLOSED_BOOK = "no_context"  # the option of every benchmark with a context: its closed-book control
+
+
+def closed_book_option(help_text: str = "") -> Option:
+    """``--opt no_context=true``: the same samples with their context removed from the prompt (the
+    closed-book control; reports set each method against it: the context gain, docs/reports.md)."""
+    return Option(
+        CLOSED_BOOK, bool, False, help_text or "closed-book control: the prompt without its context"
+    )
+
+
+def is_closed_book(benchmark: str, options: Mapping[str, Any]) -> bool:
+    """Whether a record of ``benchmark`` with these options is a closed-book control."""
+    cls = benchmark_class(benchmark)
+    declared = cls is None or any(o.name == CLOSED_BOOK for o in cls.options)
+    return declared and options.get(CLOSED_BOOK) is True
+
+
 def options_by_benchmark(benchmarks: Sequence[str], values: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """The ``--opt`` values each benchmark of a run declares, typed. Options apply to every benchmark
     that declares them; one that none of them declares is an error with the closest declared name."""

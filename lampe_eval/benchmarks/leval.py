@@ -37,7 +37,7 @@ from ..backends.base import Generation, GenerationRequest, Rounds
 from ..errors import LampeEvalError
 from ..models import LoadedModel
 from ..options import Option
-from .base import BENCHMARKS, Metric, Sample, SampleContext
+from .base import BENCHMARKS, CLOSED_BOOK, Metric, Sample, SampleContext, closed_book_option
 from .datafiles import FIXTURE_OPTION, Field, Record, Schema
 from .table_driven import HubLoader, TableDrivenBenchmark
 from .tables import load_table, mapping
@@ -351,6 +351,7 @@ class LEval(TableDrivenBenchmark):
         Option("leval_dataset", str, None, "datasets id (default L4NLP/LEval)"),
         Option("leval_prompt", str, "chat", "prompt style", choices=PROMPT_STYLES),
         Option("chat_template", bool, True, "the model's chat template (false: the plain prompt)"),
+        closed_book_option("closed-book control: the user message with an empty {document}"),
     )
     schema = SCHEMA
     subdirs = ("Closed-ended-tasks", "LEval-data/Closed-ended-tasks")
@@ -397,7 +398,8 @@ class LEval(TableDrivenBenchmark):
             ):
                 if ctx.limit is not None and produced >= ctx.limit:
                     return
-                user = fill_user(prompt_spec.user, document=document, instruction=instruction)
+                shown = "" if options[CLOSED_BOOK] else document
+                user = fill_user(prompt_spec.user, document=shown, instruction=instruction)
                 meta: dict[str, Any] = {
                     "document": doc_index,
                     "question": q_index,

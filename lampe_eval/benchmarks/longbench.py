@@ -36,7 +36,7 @@ from ..errors import LampeEvalError
 from ..options import Option
 from ..prompts import newline_token
 from . import metrics
-from .base import BENCHMARKS, Metric, Sample, SampleContext
+from .base import BENCHMARKS, CLOSED_BOOK, Metric, Sample, SampleContext, closed_book_option
 from .datafiles import FIXTURE_OPTION, Field, Schema
 from .table_driven import HubLoader, TableDrivenBenchmark
 from .tables import load_table, mapping
@@ -258,6 +258,7 @@ class LongBench(TableDrivenBenchmark):
         Option("longbench_dataset", str, None, "datasets id (default THUDM/LongBench)"),
         Option("chat_template", bool, True, "the model's chat template (the official rule per dataset)"),
         Option("code_sim", str, "difflib", "code_sim's ratio backend", choices=("difflib", "levenshtein")),
+        closed_book_option("closed-book control: the template with an empty {context}"),
     )
     schema = SCHEMA
     subdirs = ("data",)
@@ -287,7 +288,7 @@ class LongBench(TableDrivenBenchmark):
         backend = options["code_sim"]
         tokenizer = ctx.lm.tokenizer
         for index, record in enumerate(records):
-            raw = build_prompt(spec, record)
+            raw = build_prompt(spec, {**record, "context": ""} if options[CLOSED_BOOK] else record)
             prompt, tokens, truncated = middle_truncate(raw, tokenizer, ctx.length)
             text = ctx.lm.format_prompt(prompt, use_chat_template=use_chat)
             meta: dict[str, Any] = {

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from ..backends.base import Generation, GenerationRequest, Rounds
 from ..errors import LampeEvalError
 from ..options import Option
-from .base import BENCHMARKS, Metric, Sample, SampleContext
+from .base import BENCHMARKS, Metric, Sample, SampleContext, closed_book_option
 from .datafiles import FIXTURE_OPTION, Field, Schema, require_directories
 from .table_driven import HubLoader, TableDrivenBenchmark
 from .tables import load_table, mapping
@@ -176,7 +176,7 @@ class LongBenchV2(TableDrivenBenchmark):
         Option("longbench_v2_dir", Path, None, "directory with the official data.json"),
         Option("longbench_v2_dataset", str, None, "datasets id (default THUDM/LongBench-v2)"),
         Option("cot", bool, False, "chain-of-thought: the official two-step protocol (1024 + 128 tokens)"),
-        Option("no_context", bool, False, "the official no-context prompt (question and choices only)"),
+        closed_book_option("the official no-context prompt (question and choices only)"),
         Option("chat_template", bool, True, "the model's chat template (the official code always uses it)"),
         Option("compensated", bool, False, "result.py's switch: an unparsable answer counts 0.25"),
     )

@@ -40,7 +40,7 @@ from ...errors import LampeEvalError, MissingDataError
 from ...models import LoadedModel, cache_dir
 from ...options import Option
 from ...prompts import prompt_token_count
-from ..base import BENCHMARKS, Benchmark, Metric, Sample, SampleContext
+from ..base import BENCHMARKS, CLOSED_BOOK, Benchmark, Metric, Sample, SampleContext, closed_book_option
 from ..datafiles import FIXTURE_OPTION, require_directories
 from ..sample_cache import cached_lines, tokenizer_fingerprint
 from .config import PROMPT_PARTS, BabilongConfig, TaskSpec, load_config
@@ -206,6 +206,7 @@ class Babilong(Benchmark):
         Option("background_dir", Path, None, "generation: a folder of *.txt books as background text"),
         Option("num_samples", int, None, "generation: samples without --limit (default 100)", False),
         Option("cache", bool, True, "keep generated samples on disk (false: in memory only)", False),
+        closed_book_option("closed-book control: the question without its facts and haystack (same samples)"),
     )
     input_length_key = "prompt_tokens"
 
@@ -291,7 +292,8 @@ class Babilong(Benchmark):
             dataset = options["babilong_dataset"] or self.config.dataset
             records, label = self._hub(dataset, name, task), f"hub:{dataset}:{name}:{task}"
         for index, record in enumerate(records[: ctx.limit]):
-            prompt = builder.prompt(str(record["input"]), str(record["question"]))
+            context = "" if options[CLOSED_BOOK] else str(record["input"])
+            prompt = builder.prompt(context, str(record["question"]))
             meta: dict[str, Any] = {
                 "data_source": label,
                 "length_name": name,
@@ -329,7 +331,8 @@ class Babilong(Benchmark):
         total = options["num_samples"] or self.config.num_samples
         count = total if ctx.limit is None else min(total, ctx.limit)
         for line in data.lines(count, options["cache"]):
-            prompt = builder.prompt(line["context"], line["question"])
+            closed = options[CLOSED_BOOK]
+            prompt = builder.prompt("" if closed else line["context"], line["question"])
             meta = {
                 "data_source": f"generated:seed{ctx.seed}",
                 "facts": facts.source,
@@ -338,7 +341,7 @@ class Babilong(Benchmark):
                 "babi_index": line["babi_index"],
                 "n_facts": line["n_facts"],
                 "question": line["question"],
-                "prompt_tokens": line["prompt_tokens"],
+                "prompt_tokens": builder.count(prompt) if closed else line["prompt_tokens"],
             }
             sample_id = f"gen-{line['index']}"
             yield Sample(

@@ -52,13 +52,14 @@ import logging
 import random
 import re
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from typing import Any
 
 from ...errors import LampeEvalError, MissingDataError
 from ...models import LoadedModel, cache_dir
 from ...options import Option
 from ...prompts import prompt_token_count
-from ..base import BENCHMARKS, Benchmark, Metric, Sample, SampleContext
+from ..base import BENCHMARKS, CLOSED_BOOK, Benchmark, Metric, Sample, SampleContext, closed_book_option
 from ..datafiles import FIXTURE_OPTION
 from ..sample_cache import cached_lines, tokenizer_fingerprint
 from .config import InfiniteBenchConfig, TaskSpec, load_config
@@ -212,6 +213,7 @@ class InfiniteBench(Benchmark):
         Option("max_new_tokens", int, None, "generation budget (default: the official one per task)"),
         Option("cache", bool, True, "keep generated samples on disk (false: in memory only)", False),
         Option("math_calc_gpt4", bool, False, "Math.Calc: drop the echoed first number (rescoring GPT-4)"),
+        closed_book_option("closed-book control: the template with an empty {context} (same samples)"),
     )
     input_length_key = "original_tokens"
     depth_key = "depth"  # generated passkey, number_string, kv_retrieval: the needle's depth (synthetic.py)
@@ -321,8 +323,10 @@ class InfiniteBench(Benchmark):
         label, records = self.records(task, source, ctx)
         if ctx.limit is not None:
             records = limited(records, ctx.limit, f"{task}:{ctx.seed}", shuffle=source != "fixture")
+        closed = options[CLOSED_BOOK]
         for record in records:
-            prompt, meta = builder.build(fill_template(template, task, record))
+            shown = replace(record, context="") if closed else record
+            prompt, meta = builder.build(fill_template(template, task, shown))
             sample_id = f"fixture-{record.id}" if source == "fixture" else record.id
             yield Sample(
                 sample_id=sample_id,
@@ -352,6 +356,10 @@ class InfiniteBench(Benchmark):
         for line in lines:
             index, n = int(line["index"]), int(line["n"])
             prompt, record, meta = data.prompt_for(index, n)
+            tokens = int(line["tokens"])
+            if options[CLOSED_BOOK]:  # the same generated sample, its context removed
+                prompt = builder.wrap(fill_template(template, task, replace(record, context="")))
+                tokens = builder.count(prompt)
             yield Sample(
                 sample_id=record.id,
                 task=task,
@@ -362,7 +370,7 @@ class InfiniteBench(Benchmark):
                     **base_meta,
                     "data_source": f"generated:seed{ctx.seed}",
                     "id": record.id,
-                    "prompt_tokens": int(line["tokens"]),
+                    "prompt_tokens": tokens,
                     "truncated": False,
                     **meta,
                 },

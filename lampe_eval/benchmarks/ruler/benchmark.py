@@ -20,6 +20,7 @@ import importlib.metadata
 import logging
 import re
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from ...errors import LampeEvalError, MissingDataError
 from ...models import LoadedModel, cache_dir
 from ...options import Option
 from ...prompts import prompt_ids, prompt_token_count
-from ..base import BENCHMARKS, Benchmark, Metric, Sample, SampleContext
+from ..base import BENCHMARKS, CLOSED_BOOK, Benchmark, Metric, Sample, SampleContext, closed_book_option
 from ..sample_cache import cached_lines, tokenizer_fingerprint
 from .config import TaskConfig, load_config
 from .fitting import TooShortError, fit_to_budget
@@ -99,6 +100,12 @@ class TaskData:
             qa=qa,
         )
         self.generator: Generator = GENERATOR_CLASSES[task.generator](task, env)
+        # the closed-book control: the same samples (the same cache), rebuilt with an empty context
+        self.closed: Generator | None = (
+            GENERATOR_CLASSES[task.generator](task, replace(env, closed_book=True))
+            if options[CLOSED_BOOK]
+            else None
+        )
         self.budget = self.generator.sample_budget()
         if self.budget <= 0:
             raise LampeEvalError(f"ruler/{task.name}: length {ctx.length} leaves no room for the prompt")
@@ -159,10 +166,18 @@ class TaskData:
         }
 
     def lines(self, count: int) -> list[dict[str, Any]]:
-        """The first ``count`` samples, read from the cache and generated (and appended) as needed."""
+        """The first ``count`` samples, read from the cache and generated (and appended) as needed; for the
+        closed-book control each line's prompt rebuilt at its fitted size without its context."""
         if self.available is not None:
             count = min(count, self.available)
-        return cached_lines(self.cache_path if self.use_cache else None, count, self.generate)
+        lines = cached_lines(self.cache_path if self.use_cache else None, count, self.generate)
+        return lines if self.closed is None else [self.without_context(line) for line in lines]
+
+    def without_context(self, line: dict[str, Any]) -> dict[str, Any]:
+        assert self.closed is not None
+        built = self.closed.build(self.closed.prepare(int(line["index"])), int(line["fit"]["size"]))
+        meta = {**line["meta"], "prompt_tokens": self.closed.env.count(built.prompt), "closed_book": True}
+        return {**line, "prompt": built.prompt, "meta": meta}
 
 
 def _sample(task: str, line: dict[str, Any]) -> Sample:
@@ -218,6 +233,7 @@ class RulerBenchmark(Benchmark):
             "string_match: a greedy answer, RULER's metric; answer_nll: the gold answer's NLL per token",
             choices=SCORES,
         ),
+        closed_book_option("closed-book control: the same samples, their haystack and needles removed"),
     )
     truncation = "never: the haystack is generated to fit --len minus the answer budget"
     depth_key = "needle_depths"  # the NIAH tasks' answer needles (generators.py)

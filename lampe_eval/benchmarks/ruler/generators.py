@@ -88,6 +88,7 @@ class GenEnv:
     seed: int
     essay: EssayHaystack | None = None
     qa: QAData | None = None
+    closed_book: bool = False  # build prompts with an empty context (the closed-book control)
 
 
 State = TypeVar("State")  # what a generator draws once per sample and builds every size from
@@ -121,6 +122,10 @@ class Generator(Generic[State]):
 
     def haystack(self) -> str:
         return "-"
+
+    def shown(self, context: str) -> str:
+        """What the template's context gets: the context, or nothing for the closed-book control."""
+        return "" if self.env.closed_book else context
 
     # -- one sample
     def prepare(self, index: int) -> State:
@@ -231,7 +236,9 @@ class NiahGenerator(Generator[_NiahState]):
 
     def build(self, state: _NiahState, size: int) -> Built:
         context = self.context(state, size)
-        body = self.template.format(type_needle_v=self.type_v_text, context=context, query=state.query)
+        body = self.template.format(
+            type_needle_v=self.type_v_text, context=self.shown(context), query=state.query
+        )
         prefix = self.prefix.format(type_needle_v=self.type_v_text, query=state.query)
         prompt = self.env.wrap(body) + prefix
         placed = needle_depths(context, state.needles, state.targets)
@@ -346,7 +353,9 @@ class VariableTrackingGenerator(Generator[_VTState]):
         context = self._noise(state.chains, size, self.rng(state.index, "positions", size))
         num_v = self.num_hops + 1
         body = (
-            state.example + "\n" + self.task.template.format(context=context, query=state.value, num_v=num_v)
+            state.example
+            + "\n"
+            + self.task.template.format(context=self.shown(context), query=state.value, num_v=num_v)
         )
         prefix = self.task.answer_prefix.format(num_v=num_v, query=state.value)
         queried = state.chains[0]
@@ -427,7 +436,7 @@ class CommonWordsGenerator(Generator[_CWEState]):
     def build(self, state: _CWEState, size: int) -> Built:
         rng = self.rng(state.index, "order", size)
         context, answer = self._listing(rng, self._words(state, size), *self.freqs)
-        prompt = (state.fewshot + "\n" if state.fewshot else "") + self._prompt(context)
+        prompt = (state.fewshot + "\n" if state.fewshot else "") + self._prompt(self.shown(context))
         return Built(prompt, answer, {"answer_prefix": self.task.answer_prefix})
 
 
@@ -483,7 +492,7 @@ class FrequentWordsGenerator(Generator[_FWEState]):
             words.extend([word] * int(size * (rank**-self.alpha) / self.zeta))
         self.rng(state.index, "order", size).shuffle(words)
         prompt = (
-            self.env.wrap(self.task.template.format(context=" ".join(words), query=""))
+            self.env.wrap(self.task.template.format(context=self.shown(" ".join(words)), query=""))
             + self.task.answer_prefix
         )
         return Built(prompt, state.vocab[1:4], {"answer_prefix": self.task.answer_prefix})
@@ -570,7 +579,7 @@ class QAGenerator(Generator[_QAState]):
             places = [p for p, k in enumerate(order) if k in gold]
             meta["gold_doc_depths"] = [round(p / max(1, len(order) - 1), 4) for p in places]
         context = "\n\n".join(DOCUMENT.format(i=i + 1, document=d) for i, d in enumerate(texts))
-        body = self.task.template.format(context=context, query=state.query)
+        body = self.task.template.format(context=self.shown(context), query=state.query)
         return Built(self.env.wrap(body) + self.task.answer_prefix, list(state.outputs), meta)
 
 
