@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from lampe_eval.benchmarks import datafiles
-from lampe_eval.benchmarks.base import CLOSED_BOOK, BENCHMARKS, SampleContext, get_benchmark, is_closed_book
+from lampe_eval.benchmarks.base import BENCHMARKS, CLOSED_BOOK, SampleContext, get_benchmark, is_closed_book
 from lampe_eval.models import LoadedModel
 
 RULER_DATA = str(Path(__file__).parent / "fixtures" / "ruler")
