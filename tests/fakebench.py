@@ -1,7 +1,8 @@
 """A tiny fake benchmark and model loader for runner tests (importable by spawned and Ray workers).
 
 Importing this module registers the benchmark ``fake`` (tasks ``alpha``, ``beta``). Options:
-``n`` samples per task (default 6), ``delay`` seconds of sleep per sample (the SIGKILL test).
+``n`` samples per task (default 6), ``delay`` seconds of sleep per sample (the SIGKILL test),
+``no_context`` (the closed-book control every benchmark with a context declares; here only a flag).
 Each sample asks the backend for one NLL pass of a tiny random Llama (through the patched model).
 """
 
@@ -16,6 +17,7 @@ import torch
 
 from lampe_eval.backends import NLLRequest, Rounds, TokenNLL
 from lampe_eval.benchmarks import BENCHMARKS, Benchmark, Metric, Sample, SampleContext
+from lampe_eval.benchmarks.base import closed_book_option
 from lampe_eval.models import LoadedModel, tiny_llama
 from lampe_eval.options import Option
 
@@ -82,6 +84,7 @@ class FakeBenchmark(Benchmark):
     options = (
         Option("n", int, 6, "samples per task"),
         Option("delay", float, 0.0, "seconds of sleep per sample", affects_results=False),
+        closed_book_option(),
     )
 
     def tasks(self) -> list[str]:

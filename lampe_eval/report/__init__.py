@@ -30,6 +30,7 @@ from pathlib import Path
 
 from ..fileio import make_dirs
 from ..records import SampleRecord
+from .closed_book import split_closed_book, with_context_measures
 from .data import Presentation, load_records, one_setting_per_cell, task_scores
 from .effective import RELATIVE, with_effective_lengths
 from .figure import Plot
@@ -101,7 +102,9 @@ def build_report(
     if unknown:
         raise ValueError(f"unknown report format(s) {unknown}: use {', '.join(REPORT_FORMATS.names())}")
     warnings: list[str] = []
-    records = one_setting_per_cell(load_records(results, warnings), warnings)
+    runs, closed_records = split_closed_book(load_records(results, warnings))
+    records = one_setting_per_cell(runs, warnings)
+    closed_records = one_setting_per_cell(closed_records, warnings)
     warnings.extend(unknown_names(records))
     methods = {r.method for r in records}
     for option, names in (("--baseline", [baseline] if baseline else []), ("--highlight", highlight or [])):
@@ -112,11 +115,13 @@ def build_report(
     out = Path(out)
     make_dirs(out)
     scores = task_scores(records)
+    closed_book = task_scores(closed_records)
     resampler = Bootstrap(bootstrap) if bootstrap is not None and bootstrap.resamples > 0 else None
+    tables = with_effective_lengths(
+        generic_tables(scores, resampler, presentation), scores, threshold, relative, presentation
+    )
     report = Report(
-        tables=with_effective_lengths(
-            generic_tables(scores, resampler, presentation), scores, threshold, relative, presentation
-        ),
+        tables=with_context_measures(tables, scores, closed_book, resampler, presentation),
         paper_tables=[],
         warnings=warnings,
     )
@@ -141,6 +146,7 @@ def build_report(
         sample_bytes=sample_bytes,
         threshold=threshold,
         relative=relative,
+        closed_book=closed_book,
     )
     for name in REPORT_FORMATS.names():
         fmt = REPORT_FORMATS.get(name)()

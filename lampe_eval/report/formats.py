@@ -61,6 +61,7 @@ class ReportInputs:
     sample_bytes: int | None  # the page's budget for embedded samples (None: every sample)
     threshold: float | None = None  # the effective length's (None: each benchmark's declared one)
     relative: float = RELATIVE  # the relative effective length's fraction of the base score
+    closed_book: list[TaskScore] = field(default_factory=list)  # closed-book results (--opt no_context=true)
 
 
 class ReportFormat(ABC):
@@ -149,7 +150,9 @@ class Leaderboard(ReportFormat):
             inputs.presentation,
         )
         files = [out / "leaderboard.csv"]
-        board = leaderboard_csv(scores, resampler, presentation, inputs.threshold, inputs.relative)
+        board = leaderboard_csv(
+            scores, resampler, presentation, inputs.threshold, inputs.relative, inputs.closed_book
+        )
         atomic_write_text(files[0], board)
         if resampler is not None:
             files.append(out / "comparisons.csv")
@@ -178,7 +181,12 @@ class Html(ReportFormat):
             tables=report.tables,
             paper_tables=report.paper_tables,
             leaderboard=leaderboard_rows(
-                inputs.scores, resampler, inputs.presentation, inputs.threshold, inputs.relative
+                inputs.scores,
+                resampler,
+                inputs.presentation,
+                inputs.threshold,
+                inputs.relative,
+                inputs.closed_book,
             ),
             comparisons=comparison_rows(inputs.scores, resampler, inputs.presentation) if resampler else [],
             plots=inputs.plots,

@@ -28,6 +28,15 @@ effective_length_relative  the longest tested length whose score is at least 0.8
                     baseline method's at the shortest tested length; NoLiMa's rule; ``report --threshold
                     relative:F``); ``<N`` as above; empty without a positive base or a declared effective
                     length
+closed_book_score   the closed-book score the context gain is taken against (``--opt no_context=true``
+                    runs; :mod:`.closed_book`); empty without one
+context_gain        score - closed_book_score (closed-book - score for a lower-is-better metric):
+                    what reading the context added
+context_gain_ci_low   its 95% paired bootstrap interval (the samples both ran)
+context_gain_ci_high  (empty: intervals off, or under 2 common samples)
+longscore           LongScore (100-LongBench): the mean over the longer lengths of 100 (S_l - base) /
+                    base, base the method's score at its shortest tested length; the same on every
+                    length row of the method; empty where undefined
 ==================  ==========================================================================
 
 ``comparisons.csv`` (:func:`comparison_rows`) holds, per row, the paired comparisons with the baseline
@@ -45,6 +54,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from ..lengths import format_length
+from .closed_book import Gain, gains_by_length, long_scores
 from .data import (
     DECLARED,
     Presentation,
@@ -78,6 +88,11 @@ LEADERBOARD_COLUMNS = [
     "ci_high",
     "effective_length",
     "effective_length_relative",
+    "closed_book_score",
+    "context_gain",
+    "context_gain_ci_low",
+    "context_gain_ci_high",
+    "longscore",
 ]
 
 COMPARISON_COLUMNS = [
@@ -117,12 +132,15 @@ def leaderboard_rows(
     presentation: Presentation = DECLARED,
     threshold: float | None = None,
     relative: float = RELATIVE,
+    closed: Sequence[TaskScore] = (),
 ) -> list[dict[str, object]]:
     """``threshold``: the effective length's, replacing the benchmarks' declared ones; ``relative``: the
-    relative effective length's fraction of the base score."""
+    relative effective length's fraction of the base score; ``closed``: the closed-book results."""
     labels = variant_labels(s.variant for s in scores)
     effective = effective_lengths(scores, threshold)
     by_base = relative_effective_lengths(scores, relative, presentation)
+    gains = gains_by_length(scores, closed, bootstrap, presentation)
+    longs = long_scores(scores)
     rows = []
     for (model, variant, benchmark, length), items in _groups(scores, presentation):
         metric = items[0].metric
@@ -154,9 +172,30 @@ def leaderboard_rows(
                 "effective_length_relative": (
                     mine.csv_value() if (mine := by_base.get((model, variant, benchmark))) else ""
                 ),
+                **_gain_fields(gains.get((model, variant, benchmark, length))),
+                "longscore": _rounded(found_long.value)
+                if (found_long := longs.get((model, variant, benchmark)))
+                else "",
             }
         )
     return rows
+
+
+def _gain_fields(found: Gain | None) -> dict[str, object]:
+    if found is None:
+        return {
+            "closed_book_score": "",
+            "context_gain": "",
+            "context_gain_ci_low": "",
+            "context_gain_ci_high": "",
+        }
+    interval = found.interval
+    return {
+        "closed_book_score": _rounded(found.closed_score),
+        "context_gain": _rounded(found.value),
+        "context_gain_ci_low": _rounded(interval.low) if interval else "",
+        "context_gain_ci_high": _rounded(interval.high) if interval else "",
+    }
 
 
 def leaderboard_csv(
@@ -165,8 +204,10 @@ def leaderboard_csv(
     presentation: Presentation = DECLARED,
     threshold: float | None = None,
     relative: float = RELATIVE,
+    closed: Sequence[TaskScore] = (),
 ) -> str:
-    return _csv(LEADERBOARD_COLUMNS, leaderboard_rows(scores, bootstrap, presentation, threshold, relative))
+    rows = leaderboard_rows(scores, bootstrap, presentation, threshold, relative, closed)
+    return _csv(LEADERBOARD_COLUMNS, rows)
 
 
 def comparison_rows(
