@@ -114,6 +114,26 @@ def test_every_method_gives_the_hf_backends_tokens_and_logprobs(
     assert_same_greedy_tokens(hf, method, prompt, expected.token_ids, got.token_ids)
 
 
+def test_infoscale_on_a_frequency_method_runs_through_the_engine(
+    hf: HFBackend, vllm_backend: VLLMBackend, kjv_ids: list[int]
+) -> None:
+    """A frequency method with InfoScale cannot run through vLLM's own rotary embedding (no per-query
+    scale there): it runs through the engine, with the HF backend's numbers, and the factor acts."""
+    base = hf.rope_base()
+    method = resolve_method("yarn", WINDOW, PROMPT, base=base, params={"infoscale": True}).method
+    plain = resolve_method("yarn", WINDOW, PROMPT, base=base).method
+    prompt = kjv_ids[:PROMPT]
+    with hf.install(method):
+        expected = hf_prompt_logprobs(hf, prompt)
+    with vllm_backend.install(method):
+        got = torch.tensor(vllm_backend.prompt_logprobs(prompt))
+    with vllm_backend.install(plain):
+        without = torch.tensor(vllm_backend.prompt_logprobs(prompt))
+    assert (got - expected).abs().max().item() < LOGPROB_TOLERANCE
+    assert (got - without)[WINDOW:].abs().max().item() > 10 * LOGPROB_TOLERANCE  # queries past the window
+    assert (got - without)[:WINDOW].abs().max().item() < LOGPROB_TOLERANCE  # inside it: the factor is 1
+
+
 TIE = 1e-4  # two candidates this close in fp32 log-probability: either backend may pick either
 
 

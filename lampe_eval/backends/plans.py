@@ -35,7 +35,7 @@ class PlanCache:
         if plan is None:
             if len(self._plans) >= self.max_plans:  # those of an earlier forward pass: done
                 self._plans.clear()
-            plan = self.method.plan_with_budget(self.base, context_length, kv_len, total_length)
+            plan = self.method.attention_plan(self.base, context_length, kv_len, total_length)
             if self.heads is not None:
                 plan = plan.for_heads(*self.heads)
             self._plans[key] = plan

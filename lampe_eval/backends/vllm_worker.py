@@ -6,12 +6,12 @@ functions that install a method into the loaded model, called by the main proces
 * a **frequency method** with fixed frequencies (linear, ntk, yarn, llama3, longrope, ntk_by_parts): the
   patched layers get a copy of their rotary embedding whose cos/sin table is the method's (its inverse
   frequencies and attention factor): vLLM's own rotary kernel and attention run unchanged.
-* every **other method** (the position methods, dynamic NTK): the patched layers' rotary embedding lets
-  the query and key through un-rotated, and their attention runs lampe-eval's engine over vLLM's paged
-  cache, its keys rotated once per key copy (:mod:`.vllm_attention`, the Hugging Face backend's
-  arithmetic). Each sequence has its own plan, from its own request (LaMPE's mapping follows its prompt
-  length). The engine must have been started for the method's key copies
-  (:func:`.vllm_attention.engine_key_copies`): install refuses otherwise.
+* every **other method** (the position methods, dynamic NTK, any method with ``infoscale``): the patched
+  layers' rotary embedding lets the query and key through un-rotated, and their attention runs
+  lampe-eval's engine over vLLM's paged cache, its keys rotated once per key copy
+  (:mod:`.vllm_attention`, the Hugging Face backend's arithmetic). Each sequence has its own plan, from
+  its own request (LaMPE's mapping follows its prompt length). The engine must have been started for the
+  method's key copies (:func:`.vllm_attention.engine_key_copies`): install refuses otherwise.
 
 What a method installs is kept on vLLM's ``Attention`` layers (:func:`.vllm_attention.patched_layer`):
 uninstall puts back what they record.
@@ -132,7 +132,7 @@ def install(worker: WorkerBase, method: Method, base: RopeBase) -> str:
         return "none"
     modules = _attention_modules(_model(worker))
     patched = sorted(i for i in method.patched_layers(len(modules)) if i in modules)
-    if isinstance(method, FrequencyMethod) and method.fixed_key_positions():
+    if isinstance(method, FrequencyMethod) and method.fixed_key_positions() and not method.infoscale:
         _install_frequencies([modules[i] for i in patched], method, base)
         return "frequencies"
     check_key_copies(method, base)

@@ -12,6 +12,9 @@ Methods with a released reference implementation take ``variant=paper|official``
 paper's formulas, or the official code's arithmetic exactly, including the diagonals its overlapping
 passes count twice (``doubled_diagonals``; the engine's LSE merge then counts those pairs twice too).
 
+Every method takes ``infoscale`` (default false; :mod:`.infoscale`): InfoScale's attention temperature on
+top of the method's own plan (:meth:`Method.attention_plan`); not on ``rope``, which patches nothing.
+
 Defaults may depend on the model's pretraining window, the target length and the values the user
 did set (e.g. SelfExtend's group size from its neighbour window, YaRN's factor from the length):
 ``default_params`` sees the explicit values and derives only the others from them, as transformers'
@@ -26,7 +29,7 @@ import math
 import types
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
@@ -82,6 +85,8 @@ class Method:
     display_order: ClassVar[int] = 500  # rows, lines and bars in increasing order (then by name)
     is_baseline: ClassVar[bool] = False  # the method every other is compared with (the unmodified model)
     highlight: ClassVar[bool] = False  # drawn emphasised in plots (the method under study)
+    # InfoScale on top of the method (keyword-only: after every method's own fields; not in params() when off)
+    infoscale: bool = field(default=False, kw_only=True)
 
     @classmethod
     def default_params(
@@ -123,13 +128,33 @@ class Method:
         except TypeError as err:
             raise LampeEvalError(f"method {cls.name!r}: {err}") from err
         method.validate()
+        if method.infoscale and method.kind == "baseline":
+            raise LampeEvalError(
+                f"method {cls.name!r} is the unmodified model: infoscale=true applies on top of a method "
+                "that patches attention (e.g. --method yarn --param infoscale=true)"
+            )
         return method
 
     def validate(self) -> None:
         """Raise LampeEvalError for impossible hyperparameters."""
 
     def params(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The hyperparameters (``infoscale`` only when on: runs without it keep their identity)."""
+        values = dataclasses.asdict(self)
+        if not values.get("infoscale"):
+            values.pop("infoscale", None)
+        return values
+
+    def attention_plan(
+        self, base: RopeBase, context_length: int, kv_len: int, total_length: int | None
+    ) -> AttentionPlan:
+        """What the backends run: ``plan_with_budget``, with InfoScale's temperature when ``infoscale``."""
+        plan = self.plan_with_budget(base, context_length, kv_len, total_length)
+        if not self.infoscale:
+            return plan
+        from .infoscale import with_infoscale
+
+        return with_infoscale(plan, base.head_dim, base.window)
 
     def plan(self, base: RopeBase, context_length: int, kv_len: int) -> AttentionPlan:
         """Segments and frequencies for a sequence whose prompt had ``context_length`` tokens and
