@@ -183,6 +183,7 @@ def test_a_lampe_batch_holds_no_memory_outside_vllms_kv_budget(
     declared = (copies - 1) * per_copy * tokens  # the extra key copies of the batch's tokens
     pools = (copies + 1) * per_copy * tokens  # what side pools would add on top
     slack = 64 * 2**20
+    print(f"resident growth {growth}, declared {declared}, pools {pools}")
     assert growth["lampe"] - growth["rope"] <= declared + slack, (growth, declared, pools)
     assert declared + slack < pools  # the check would catch them
 
