@@ -22,9 +22,17 @@ from lampe_eval.models import tiny_llama
 
 WINDOW = 32
 LENGTH = 80  # 2.5x the window: every method's segments are active
-FAMILIES = ["qwen3", "olmo2", "phi3", "gemma3_text"]
+FAMILIES = ["qwen3", "olmo2", "phi3", "gemma3_text", "stablelm", "phi4_mini"]
 EXTRA: dict[str, dict] = {
     "phi3": {"pad_token_id": 0},
+    # partial rotary (attention/partial.py): StableLM's default quarter with per-head LayerNorms; Phi-4-mini's
+    # three quarters
+    "stablelm": {
+        "qk_layernorm": True,
+        "use_qkv_bias": True,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+    },
+    "phi4_mini": {"model_type": "phi3", "pad_token_id": 0, "partial_rotary_factor": 0.75},
     # a local layer (its own RoPE base, a window of 16) then a global one; a scale that is not 1/sqrt(D)
     "gemma3_text": {
         "layers": 3,
@@ -42,8 +50,8 @@ EXTRA: dict[str, dict] = {
 def tiny(model_type: str):
     """A random 2-layer model of the family (4 query / 2 KV heads, head dim 16); its norms' weights drawn
     away from 1 so a misplaced norm shows."""
-    extra = {"layers": 2, **EXTRA.get(model_type, {})}
-    net = tiny_llama(window=WINDOW, head_dim=16, model_type=model_type, **extra)
+    extra = {"layers": 2, "model_type": model_type, **EXTRA.get(model_type, {})}
+    net = tiny_llama(window=WINDOW, head_dim=16, **extra)
     generator = torch.Generator().manual_seed(3)
     for name, parameter in net.named_parameters():
         if "norm" in name:
@@ -149,7 +157,6 @@ def test_cached_decoding_equals_a_forward_without_a_cache(model_type, name, ids)
 @pytest.mark.parametrize(
     ("model_type", "config", "said"),
     [
-        ("phi3", {"partial_rotary_factor": 0.5}, "partial rotary"),
         (
             "phi3",
             {
@@ -175,3 +182,12 @@ def test_what_a_family_cannot_run_exactly_is_refused_in_one_line(model_type, con
     with pytest.raises(UnsupportedModelError, match=said) as refused:
         apply_method(net, create_method("lampe", WINDOW, LENGTH))
     assert "\n" not in str(refused.value)
+
+
+def test_partial_rotary_is_refused_on_vllm_in_one_line():
+    from lampe_eval.backends.vllm import engine_refusal
+
+    said = engine_refusal(tiny("stablelm").config)
+    assert said is not None and "partial rotary" in said and "--backend hf" in said and "\n" not in said
+    assert engine_refusal(tiny("phi4_mini").config) is not None
+    assert engine_refusal(tiny("phi3").config) is None

@@ -91,6 +91,7 @@ def oracle_attention(
     """Reference output [B, Hq, n, D] (fp32) for un-rotated inputs, GQA by repeating keys. ``counts``
     ([n, kv]): the declared number of softmax terms per pair (see the module docstring)."""
     batch, hq, n, dim = query.shape
+    rotary = 2 * plan.inv_freq.numel()  # < dim: GPT-NeoX-style partial rotary (transformers' arithmetic)
     kv = key.shape[2]
     group = hq // key.shape[1]
     k = key.float().repeat_interleave(group, dim=1)
@@ -112,10 +113,14 @@ def oracle_attention(
             # R(a) q . R(b) k = R(a - b) q . k: rotate query i once per key, by PE[i][j]
             if pe.dim() == 2:
                 cos, sin = rope_cos_sin(pe[rows].reshape(-1), plan.inv_freq, 1.0, torch.float32)
-                cos, sin = cos.view(*pe[rows].shape, dim), sin.view(*pe[rows].shape, dim)
+                cos, sin = cos.view(*pe[rows].shape, rotary), sin.view(*pe[rows].shape, rotary)
             else:  # per head / per frequency: PE [r, kv, H, F] -> tables [H, r, kv, D]
                 cos, sin = rope_cos_sin(pe[rows].permute(2, 0, 1, 3), plan.inv_freq, 1.0, torch.float32)
-            q_rot = q_rows * cos + rotate_half(q_rows) * sin  # [B, H, r, kv, D]
+            turned = q_rows[..., :rotary]  # a partial rotary head turns its first dimensions only
+            q_rot = turned * cos + rotate_half(turned) * sin  # [B, H, r, kv, rotary]
+            if rotary < dim:
+                passed = q_rows[..., rotary:].expand(*q_rot.shape[:-1], dim - rotary)
+                q_rot = torch.cat([q_rot, passed], dim=-1)
             scores = (q_rot * k[:, :, None]).sum(-1) * scale * plan.rope_scaling**2
             terms.append(scores.masked_fill(~mask[rows], float("-inf")))
         # one softmax over the terms of every segment: a pair covered twice contributes two terms

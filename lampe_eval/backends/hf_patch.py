@@ -250,6 +250,8 @@ def _is_patched(layer: torch.nn.Module) -> bool:
 
 
 def _make_forward(state: PatchState, family: AttentionFamily):
+    order = state.head_order()
+
     def forward(
         self: Any,
         hidden_states: torch.Tensor,
@@ -260,6 +262,8 @@ def _make_forward(state: PatchState, family: AttentionFamily):
     ) -> tuple[torch.Tensor, None]:
         batch, n, _ = hidden_states.shape
         query, key, value = family.project(self, hidden_states)
+        if order is not None:  # a partial rotary head runs as a whole one (attention/partial.py)
+            query, key = query[..., order], key[..., order]
         out = attend_patched(state, self.layer_idx, self.scaling, query, key, value, past_key_values)
         out = out.transpose(1, 2).reshape(batch, n, -1)
         return self.o_proj(out), None

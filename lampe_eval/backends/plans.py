@@ -6,8 +6,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
+
 from ..attention import AttentionPlan
 from ..attention.paged import key_copies
+from ..attention.partial import head_order, whole_head_plan
 from ..methods.base import FrequencyMethod, Method, RopeBase
 
 
@@ -24,6 +27,17 @@ class PlanCache:
     heads: tuple[slice, slice] | None = None
     _plans: dict[tuple[int, int, int | None], AttentionPlan] = field(default_factory=dict, repr=False)
 
+    @property
+    def partial_rotary(self) -> bool:
+        """Whether only part of each head turns (``attention/partial.py``: it then runs as a whole head)."""
+        return self.base.inv_freq.numel() * 2 < self.base.head_dim
+
+    def head_order(self) -> torch.Tensor | None:
+        """The query and key dimension order the engine takes (None: the model's own, a whole rotary)."""
+        if not self.partial_rotary:
+            return None
+        return head_order(self.base.inv_freq.numel() * 2, self.base.head_dim)
+
     def plan(self, context_length: int, kv_len: int, total_length: int | None) -> AttentionPlan:
         """The plan for a sequence whose prompt had ``context_length`` tokens, now ``kv_len`` long, in a
         generation of ``total_length`` tokens (None: unknown); computed once per forward pass and shared
@@ -36,6 +50,8 @@ class PlanCache:
             if len(self._plans) >= self.max_plans:  # those of an earlier forward pass: done
                 self._plans.clear()
             plan = self.method.attention_plan(self.base, context_length, kv_len, total_length)
+            if self.partial_rotary:
+                plan = whole_head_plan(plan, self.base.head_dim)
             if self.heads is not None:
                 plan = plan.for_heads(*self.heads)
             self._plans[key] = plan

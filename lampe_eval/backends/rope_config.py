@@ -59,10 +59,10 @@ def _rope_base_of(rotary: Any, config: Any, window: int | None) -> RopeBase:
     if found is None:
         raise UnsupportedModelError(f"{config.model_type}: no rotary embedding found (is it a RoPE model?)")
     inv_freq, attention_scaling = found[0].detach().float().clone(), found[1]
-    if inv_freq.numel() * 2 != head_dim:
+    if inv_freq.numel() * 2 > head_dim:  # fewer: a partial rotary head (attention/partial.py)
         raise UnsupportedModelError(
-            f"{config.model_type}: partial rotary embeddings "
-            f"(rotary dim {inv_freq.numel() * 2} of {head_dim}) are not supported"
+            f"{config.model_type}: a rotary dimension of {inv_freq.numel() * 2} exceeds the head dimension "
+            f"{head_dim}"
         )
     from ..models import window_from_config
 

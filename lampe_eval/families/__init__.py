@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import gemma, llama, olmo2, phi3, qwen3
+from . import gemma, llama, olmo2, phi3, qwen3, stablelm
 from .base import AttentionFamily
 
 FAMILIES: tuple[AttentionFamily, ...] = (
@@ -13,6 +13,7 @@ FAMILIES: tuple[AttentionFamily, ...] = (
     qwen3.FAMILY,
     olmo2.FAMILY,
     phi3.FAMILY,
+    stablelm.FAMILY,
     gemma.GEMMA3,
     gemma.GEMMA2,
 )

@@ -1,7 +1,8 @@
 """Phi-3 and Phi-4: one fused ``qkv_proj`` (query, then key, then value columns), no norm before RoPE
-(transformers' ``Phi3Attention.forward``). Refused: a partial rotary dimension (``partial_rotary_factor``
-below 1, Phi-4-mini) and the model's own ``longrope`` scaling (the 128K Phi-3 checkpoints), whose
-frequencies switch with the sequence's length: a method would be stacked on them silently."""
+(transformers' ``Phi3Attention.forward``). A partial rotary dimension (``partial_rotary_factor`` below 1,
+Phi-4-mini) runs as a whole head (``attention/partial.py``). Refused: the model's own ``longrope`` scaling
+(the 128K Phi-3 checkpoints), whose frequencies switch with the sequence's length: a method would be
+stacked on them silently."""
 
 from __future__ import annotations
 
@@ -22,9 +23,6 @@ def project(layer: Any, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
 
 
 def refusal(config: Any) -> str | None:
-    factor = float(getattr(config, "partial_rotary_factor", 1.0) or 1.0)
-    if factor < 1.0:
-        return f"{config.model_type}: partial rotary embeddings (factor {factor}) are not supported"
     rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
     kind = rope.get("rope_type", rope.get("type", "default")) if isinstance(rope, dict) else "default"
     if kind not in ("default", None):

@@ -51,6 +51,12 @@ class RopeBase:
     head_dim: int
     config: Any = None  # the model config (frequency methods derive theirs from a copy)
 
+    @property
+    def rotary_dim(self) -> int:
+        """The dimensions of a head that turn: ``head_dim``, or fewer for a partial rotary model (GPT-NeoX
+        style: StableLM, Phi-4-mini; ``attention/partial.py``)."""
+        return 2 * self.inv_freq.numel()
+
     @classmethod
     def plain(
         cls,

@@ -60,7 +60,7 @@ def own_frequencies(base: RopeBase, kv_len: int, theta: float | None = None) -> 
     theta = _theta(base) if theta is None else theta
     rope_type = own_rope_type(base)
     if rope_type == "default":
-        return plain_frequencies(theta, base.head_dim), 1.0
+        return plain_frequencies(theta, base.rotary_dim), 1.0
     config = copy.deepcopy(base.config)
     config.rope_parameters = {**config.rope_parameters, "rope_theta": theta}
     inv_freq, factor = ROPE_INIT_FUNCTIONS[rope_type](config, torch.device("cpu"), seq_len=kv_len)
@@ -98,7 +98,7 @@ def source_frequencies(
 ) -> tuple[torch.Tensor, float]:
     """What a frequency method changes: the model's own frequencies (``keep``) or plain RoPE (``replace``)."""
     if model_scaling == REPLACE:
-        return plain_frequencies(_theta(base) if theta is None else theta, base.head_dim), 1.0
+        return plain_frequencies(_theta(base) if theta is None else theta, base.rotary_dim), 1.0
     return own_frequencies(base, kv_len, theta)
 
 
@@ -148,7 +148,7 @@ class NTK(_Factor):
     summary = "NTK-aware base scaling theta * factor^(D/(D-2)) (static)"
 
     def frequencies(self, base: RopeBase, kv_len: int):
-        return self.source(base, kv_len, ntk_theta(_theta(base), self.factor, base.head_dim))
+        return self.source(base, kv_len, ntk_theta(_theta(base), self.factor, base.rotary_dim))
 
 
 @METHODS.register("dynamic_ntk")
@@ -169,7 +169,7 @@ class DynamicNTK(_Factor):
             return self.source(base, kv_len)
         # transformers' _compute_dynamic_ntk_parameters, with max_position_embeddings = the window
         scale = (self.factor * kv_len / base.window) - (self.factor - 1)
-        return self.source(base, kv_len, ntk_theta(_theta(base), scale, base.head_dim))
+        return self.source(base, kv_len, ntk_theta(_theta(base), scale, base.rotary_dim))
 
     def fixed_key_positions(self) -> bool:
         return False  # frequencies follow the length: cached keys are re-rotated every step

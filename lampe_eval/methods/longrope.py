@@ -88,7 +88,7 @@ class LongRoPE(_Factor):
 
     def frequencies(self, base: RopeBase, kv_len: int):
         check_model_scaling(self, base, also_composes_with=("longrope",))
-        half = base.head_dim // 2
+        half = base.rotary_dim // 2
         if own_rope_type(base) == "longrope" and self.model_scaling == KEEP:
             shipped = dict(base.config.rope_parameters)
             window = int(shipped.get("original_max_position_embeddings") or base.window)
@@ -101,7 +101,7 @@ class LongRoPE(_Factor):
                 "original_max_position_embeddings": window,
             }
             max_positions = int(window * self.factor)
-            ramp = yarn_ramp(base.head_dim, _theta(base), window)
+            ramp = yarn_ramp(base.rotary_dim, _theta(base), window)
             params["short_factor"] = [1.0] * half
             params["long_factor"] = (1 + (self.factor - 1) * ramp).tolist()
         if self.short_factor is not None:
