@@ -36,14 +36,14 @@ def lm(smollm2_tokenizer: Any) -> LoadedModel:
 
 
 def save_random_model(
-    where: str, tokenizer: Any, window: int, model_type: str = "llama", seed: int = 3
+    where: str, tokenizer: Any, window: int, model_type: str = "llama", seed: int = 3, **extra: Any
 ) -> str:
     """A random model of 2 layers, 4 query / 2 key heads of dim 64 (vLLM's CPU attention takes 64 and up)
     with ``tokenizer``'s vocabulary, saved with it in ``where``; weights and norms drawn so that no token
     is a near tie."""
     from lampe_eval.models import tiny_llama
 
-    net = tiny_llama(window=window, head_dim=64, vocab=len(tokenizer), model_type=model_type)
+    net = tiny_llama(window=window, head_dim=64, vocab=len(tokenizer), model_type=model_type, **extra)
     generator = torch.Generator().manual_seed(seed)
     for name, parameter in net.named_parameters():
         if "norm" in name:

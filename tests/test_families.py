@@ -183,11 +183,3 @@ def test_what_a_family_cannot_run_exactly_is_refused_in_one_line(model_type, con
         apply_method(net, create_method("lampe", WINDOW, LENGTH))
     assert "\n" not in str(refused.value)
 
-
-def test_partial_rotary_is_refused_on_vllm_in_one_line():
-    from lampe_eval.backends.vllm import engine_refusal
-
-    said = engine_refusal(tiny("stablelm").config)
-    assert said is not None and "partial rotary" in said and "--backend hf" in said and "\n" not in said
-    assert engine_refusal(tiny("phi4_mini").config) is not None
-    assert engine_refusal(tiny("phi3").config) is None

@@ -28,7 +28,6 @@ import torch
 
 from ..errors import LampeEvalError, UnsupportedModelError
 from ..families import family_of_config
-from ..families.base import rotary_fraction
 from ..memory import GIB, KeyRows, MemoryEstimate, ModelShape, estimate, kv_bytes_per_token
 from ..methods.base import Method, RopeBase
 from ..models import LoadedModel, default_device, head_counts, known_config, parse_dtype
@@ -657,11 +656,6 @@ def engine_refusal(config: Any) -> str | None:
         return (
             f"vLLM runs {fallback[0]} through its Transformers fallback, whose attention lampe-eval cannot "
             "replace: use --backend hf (or --method rope)"
-        )
-    if rotary_fraction(config) < 1.0:
-        return (
-            f"{config.model_type}: partial rotary heads ({rotary_fraction(config):g} of each head turns) are "
-            "not built on vLLM yet: use --backend hf"
         )
     family = family_of_config(config)
     if family is not None and len(family.global_layers(config)) != config.num_hidden_layers:

@@ -6,7 +6,9 @@ functions that install a method into the loaded model, called by the main proces
 * a **frequency method** with fixed frequencies (linear, ntk, yarn, llama3, longrope, ntk_by_parts): the
   patched layers get a copy of their rotary embedding whose cos/sin table is the method's (its inverse
   frequencies and attention factor): vLLM's own rotary kernel and attention run unchanged.
-* every **other method** (the position methods, dynamic NTK, any method with ``infoscale``): the patched
+* every **other method** (the position methods, dynamic NTK, any method with ``infoscale``, any method on
+  a partial rotary model: vLLM's rotary code scales only the turning dimensions by an attention factor,
+  the engine the whole logit, as the YaRN paper defines the temperature and the HF backend does): the patched
   layers' rotary embedding lets the query and key through un-rotated, and their attention runs
   lampe-eval's engine over vLLM's paged cache, its keys rotated once per key copy
   (:mod:`.vllm_attention`, the Hugging Face backend's arithmetic). Each sequence has its own plan, from
@@ -132,7 +134,8 @@ def install(worker: WorkerBase, method: Method, base: RopeBase) -> str:
         return "none"
     modules = _attention_modules(_model(worker))
     patched = sorted(i for i in method.patched_layers(len(modules)) if i in modules)
-    if isinstance(method, FrequencyMethod) and method.fixed_key_positions() and not method.infoscale:
+    own_rotary = not method.infoscale and base.rotary_dim == base.head_dim  # see the module docstring
+    if isinstance(method, FrequencyMethod) and method.fixed_key_positions() and own_rotary:
         _install_frequencies([modules[i] for i in patched], method, base)
         return "frequencies"
     check_key_copies(method, base)

@@ -78,15 +78,6 @@ def per_head_norms(layer: Any, hidden: torch.Tensor) -> tuple[torch.Tensor, torc
     return query, key, heads_first(layer.v_proj(hidden), dim)
 
 
-def rotary_fraction(config: Any) -> float:
-    """The share of each head that RoPE turns (``partial_rotary_factor``, in the config or its RoPE
-    parameters; GPT-NeoX's ``rotary_pct``): 1 for a whole rotary head."""
-    rope = getattr(config, "rope_parameters", None) or {}
-    nested = rope.get("partial_rotary_factor") if isinstance(rope, dict) else None
-    value = getattr(config, "partial_rotary_factor", None) or nested or getattr(config, "rotary_pct", None)
-    return float(value or 1.0)
-
-
 def sliding_window_refusal(config: Any) -> str | None:
     """Layers that attend through a sliding window (Mistral v0.1, Qwen2 or Qwen3 with
     ``use_sliding_window``): a method would have to leave them alone, which is not built yet."""
