@@ -183,3 +183,28 @@ def test_what_a_family_cannot_run_exactly_is_refused_in_one_line(model_type, con
         apply_method(net, create_method("lampe", WINDOW, LENGTH))
     assert "\n" not in str(refused.value)
 
+
+@pytest.mark.parametrize("model_type", ["llama", "phi4_mini"])
+def test_ms_poe_paper_gives_each_query_head_its_keys_at_its_own_ratio(model_type, ids, monkeypatch):
+    """``variant=paper`` under grouped queries (4 query / 2 key heads): keys and values kept per query head,
+    each head's keys at its own ratio; the oracle in the family's own code, as above; another model than
+    ``official`` (whose keys take the ratio of their group's first query head); the same without grouping."""
+    net = tiny(model_type)
+    paper = create_method("ms_poe", WINDOW, WINDOW, variant="paper", skip_layers=0)
+    official = create_method("ms_poe", WINDOW, WINDOW, skip_layers=0)
+    with apply_method(net, paper):
+        patched = logits(net, ids)
+    with apply_method(net, official):
+        other = logits(net, ids)
+    reference = oracle_logits(net, paper, ids, monkeypatch)
+    assert (patched - reference).abs().max() <= 1e-4 * reference.abs().max()
+    assert (patched - other).abs().max() > 1e-3
+    with apply_method(net, paper), torch.no_grad():  # the cache holds the keys per query head as well
+        kwargs = {"attention_mask": torch.ones_like(ids[:, :24]), "max_new_tokens": 6, "do_sample": False}
+        cached = net.generate(ids[:, :24], use_cache=True, **kwargs)
+        assert torch.equal(cached, net.generate(ids[:, :24], use_cache=False, **kwargs))
+    mha = tiny_llama(window=WINDOW, head_dim=16, layers=2, heads=4, kv_heads=4)
+    with apply_method(mha, paper):
+        same = logits(mha, ids)
+    with apply_method(mha, official):
+        assert torch.equal(same, logits(mha, ids))

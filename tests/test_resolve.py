@@ -219,6 +219,7 @@ VALUES: dict[str, dict[str, Values]] = {
         "max_ratio": lambda w, n: [1.8, 3.0],
         "head_order": lambda w, n: ["normal", "index"],
         "skip_layers": lambda w, n: [0, 2],
+        "variant": lambda w, n: ["official", "paper"],
     },
     "lampe": {
         "s1": lambda w, n: [0, w // 8, w // 2],

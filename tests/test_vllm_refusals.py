@@ -117,6 +117,25 @@ def test_a_cache_too_small_for_one_sequence_is_one_line_before_the_engine_starts
     assert "the engine has 0.06 GiB: raise --kv-cache-gib" in message
 
 
+def test_ms_poe_paper_keys_per_query_head_are_one_line_on_vllm(vllm_present: None) -> None:
+    from lampe_eval.errors import UnsupportedModelError
+    from lampe_eval.methods import create_method
+    from lampe_eval.models import load_for_engine
+
+    backend = vllm_backend.VLLMBackend(load_for_engine("smollm2-135m"), dtype="fp32")
+    with (
+        pytest.raises(UnsupportedModelError) as error,
+        backend.install(create_method("ms_poe", 8192, 8192, variant="paper")),
+    ):
+        pass
+    assert "per query head (9 for 3 key heads)" in str(error.value) and "\n" not in str(error.value)
+    assert backend._llm is None
+    with backend.install(
+        create_method("ms_poe", 8192, 8192)
+    ):  # official: keys per key head, as vLLM keeps them
+        pass
+
+
 def test_a_lampe_token_takes_three_halves_of_a_rope_token_and_the_docs_table_is_the_codes() -> None:
     from lampe_eval.backends.vllm_sizing import LLAMA_3_8B, kv_bytes_per_token, memory_table
 

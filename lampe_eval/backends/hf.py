@@ -8,6 +8,7 @@ what it gives alone (``tests/test_batching.py``).
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import logging
 import time
@@ -95,6 +96,8 @@ class HFBackend(BaseBackend):
         if shape_and_base is None:
             return None
         shape, base = shape_and_base
+        if shape.heads:  # keys and values per query head where a method keeps them so (all layers: a bound)
+            shape = dataclasses.replace(shape, key_heads=method.key_heads(shape.heads, shape.key_heads))
         dtype = parse_dtype(settings.dtype, settings.device or default_device())
         keys = hf_key_rows(method, base, length)
         return estimate(shape, length, batch=settings.batch_size, dtype_bytes=dtype.itemsize, keys=keys)

@@ -38,6 +38,7 @@ from ..attention.kv_cache import Generation, RotatedKeyCache, RotatedKeys, SideC
 from ..errors import LampeEvalError, UnsupportedModelError
 from ..families import AttentionFamily, attention_classes, family_of_layer
 from ..methods.base import Method, RopeBase
+from ..models import head_counts
 from .plans import PlanCache
 from .rope_config import rope_base
 
@@ -251,6 +252,8 @@ def _is_patched(layer: torch.nn.Module) -> bool:
 
 def _make_forward(state: PatchState, family: AttentionFamily):
     order = state.head_order()
+    heads, kv_heads = head_counts(state.base.config)
+    key_heads = state.method.key_heads(heads, kv_heads) if heads and kv_heads else None
 
     def forward(
         self: Any,
@@ -264,6 +267,9 @@ def _make_forward(state: PatchState, family: AttentionFamily):
         query, key, value = family.project(self, hidden_states)
         if order is not None:  # a partial rotary head runs as a whole one (attention/partial.py)
             query, key = query[..., order], key[..., order]
+        if key_heads is not None and key.shape[1] != key_heads:  # keys per query head (Method.key_heads)
+            group = key_heads // key.shape[1]
+            key, value = key.repeat_interleave(group, dim=1), value.repeat_interleave(group, dim=1)
         out = attend_patched(state, self.layer_idx, self.scaling, query, key, value, past_key_values)
         out = out.transpose(1, 2).reshape(batch, n, -1)
         return self.o_proj(out), None

@@ -488,6 +488,12 @@ class VLLMBackend(BaseBackend):
     def _installed(self, method: Method) -> Iterator[None]:
         if method.kind != "baseline":
             why = family_refusal(self.source, self.config, [method.name]) or engine_refusal(self.config)
+            heads, kv_heads = head_counts(self.config)
+            if not why and heads and kv_heads and method.key_heads(heads, kv_heads) != kv_heads:
+                why = (
+                    f"vllm: {method.label()} keeps keys per query head ({heads} for {kv_heads} key heads), "
+                    "which vLLM's paged cache does not hold: use --backend hf (or variant=official)"
+                )
             if why:
                 raise UnsupportedModelError(why)
         self._method = method

@@ -179,6 +179,13 @@ class Method:
         attention (Ms-PoE leaves its first layers alone). All of them unless the method says otherwise."""
         return range(count)
 
+    def key_heads(self, heads: int, kv_heads: int) -> int:
+        """The key heads the method's plans rotate, for a model of ``heads`` query and ``kv_heads`` key heads:
+        ``kv_heads``, or ``heads`` for a method whose every query head sees its keys at positions of its own
+        (Ms-PoE's ``variant=paper`` under grouped queries: the patched layers then keep keys and values per
+        query head)."""
+        return kv_heads
+
     def plan_with_budget(
         self, base: RopeBase, context_length: int, kv_len: int, total_length: int | None
     ) -> AttentionPlan:

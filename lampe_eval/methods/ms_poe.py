@@ -11,8 +11,13 @@ heads by an outlier score of the first prompt's attention (``_calculate_outlier`
 query's weights above 3x their mean, without RoPE), which needs the activations before the plan exists:
 refused here (docs/methods.md 8). Keys: the code rotates the keys of key head g with the ratio of query
 head g x (H / H_kv) (``sample_rotary_emb``), so under GQA the other query heads of the group see i / r_h -
-j / r_g; done so here. ``skip_layers``: the first layers keep plain RoPE (the official scripts,
-``src/ms_poe.sh``, apply it to layers 2..31 of 32); defaults min 1.2, max 1.8 (``inference.py``).
+j / r_g; done so with ``variant=official`` (the default). ``variant=paper``: every query head h sees its
+keys at j / r_h as well, i / r_h - j / r_h (the paper's "position indices of each head scaled by its own
+ratio"), which under GQA needs each key head's keys once per query head of its group: the patched layers
+keep their keys and values per query head (``key_heads``), H / H_kv times the cache of those layers; equal
+to ``official`` for a model without grouped queries. ``skip_layers``: the first layers keep plain RoPE (the
+official scripts, ``src/ms_poe.sh``, apply it to layers 2..31 of 32); defaults min 1.2, max 1.8
+(``inference.py``).
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import torch
 from ..attention import Band, Segment
 from ..errors import LampeEvalError
 from ..models import head_counts as model_head_counts
-from .base import METHODS, PositionMethod, RopeBase
+from .base import METHODS, PositionMethod, RopeBase, check_variant
 
 HEAD_ORDERS = ("normal", "index")
 
@@ -47,6 +52,7 @@ class MsPoE(PositionMethod):
     max_ratio: float = 1.8
     head_order: str = "normal"
     skip_layers: int = 2  # the first layers keep plain RoPE (official: layers 2..31 of 32)
+    variant: str = "official"  # official: keys at the ratio of their group's first query head; paper: own
 
     def validate(self) -> None:
         if self.head_order not in HEAD_ORDERS:
@@ -58,9 +64,13 @@ class MsPoE(PositionMethod):
             raise LampeEvalError("ms_poe: need 0 < min_ratio <= max_ratio")
         if self.skip_layers < 0:
             raise LampeEvalError("ms_poe: skip_layers must be >= 0")
+        check_variant("ms_poe", self.variant)
 
     def patched_layers(self, count: int) -> range:
         return range(min(self.skip_layers, count), count)
+
+    def key_heads(self, heads: int, kv_heads: int) -> int:
+        return heads if self.variant == "paper" else kv_heads
 
     def head_ratios(self, heads: int) -> torch.Tensor:
         """r of each query head, as the official table (float32) reordered by ``head_order``."""
@@ -73,7 +83,8 @@ class MsPoE(PositionMethod):
         heads, kv_heads = head_counts(base)
         frequencies = base.inv_freq.numel()
         q_ratio = self.head_ratios(heads)
-        k_ratio = q_ratio[:: heads // kv_heads]  # sample_rotary_emb: cos[::num_key_value_groups]
+        # official: sample_rotary_emb's cos[::num_key_value_groups]; paper: each query head's own ratio
+        k_ratio = q_ratio if self.key_heads(heads, kv_heads) == heads else q_ratio[:: heads // kv_heads]
 
         def scaled(ratios: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
             def positions(idx: torch.Tensor) -> torch.Tensor:
