@@ -50,7 +50,9 @@ PRESETS: dict[str, ModelPreset] = {
         ModelPreset("olmo2-7b-instruct", "allenai/OLMo-2-1124-7B-Instruct", 4096, True),
         ModelPreset("phi3-mini-4k-instruct", "microsoft/Phi-3-mini-4k-instruct", 4096, True),
         ModelPreset("phi4", "microsoft/phi-4", 16384, True, "Phi-3 architecture, full rotary"),
-        ModelPreset("stablelm2-1.6b-chat", "stabilityai/stablelm-2-1_6b-chat", 4096, True, "partial rotary (1/4)"),
+        ModelPreset(
+            "stablelm2-1.6b-chat", "stabilityai/stablelm-2-1_6b-chat", 4096, True, "partial rotary (1/4)"
+        ),
         ModelPreset("gemma3-1b-it", "google/gemma-3-1b-it", 32768, True, "5 local : 1 global layers"),
         ModelPreset("gemma3-270m-it", "google/gemma-3-270m-it", 32768, True, "5 local : 1 global layers"),
     ]

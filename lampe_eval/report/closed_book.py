@@ -42,7 +42,7 @@ from .data import (
     variant_labels,
 )
 from .effective import length_scores
-from .tables import Cell, Table, benchmark_score, by_length_table, slug, task_order
+from .tables import Cell, Table, benchmark_score, by_length_table, in_sections, slug, task_order
 from .uncertainty import Bootstrap, Interval
 
 CLOSED_BOOK_LABEL = "closed-book"
@@ -329,11 +329,7 @@ def with_context_measures(
     presentation: Presentation = DECLARED,
 ) -> list[Table]:
     """``tables`` with each section's closed-book, context-gain and LongScore tables after its last table."""
-    out = list(tables)
     extra = context_gain_tables(scores, closed, bootstrap, presentation) + long_score_tables(
         scores, presentation
     )
-    for table in extra:
-        last = max((i for i, t in enumerate(out) if t.section == table.section), default=len(out) - 1)
-        out.insert(last + 1, table)
-    return out
+    return in_sections(tables, extra)

@@ -39,7 +39,7 @@ from .data import (
     method_order,
     variant_labels,
 )
-from .tables import Cell, Table, slug, task_order
+from .tables import Cell, Table, in_sections, slug, task_order
 
 RELATIVE = 0.85  # NoLiMa's fraction of the base score
 
@@ -245,11 +245,7 @@ def with_effective_lengths(
     presentation: Presentation = DECLARED,
 ) -> list[Table]:
     """``tables`` with each effective-length table after the last table of its section."""
-    out = list(tables)
-    for extra in effective_length_tables(scores, threshold, fraction, presentation):
-        last = max((i for i, t in enumerate(out) if t.section == extra.section), default=len(out) - 1)
-        out.insert(last + 1, extra)
-    return out
+    return in_sections(tables, effective_length_tables(scores, threshold, fraction, presentation))
 
 
 def parse_threshold(text: str | None) -> tuple[float | None, float]:

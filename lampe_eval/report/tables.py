@@ -251,6 +251,15 @@ def task_order(benchmark: str, seen: set[str]) -> list[str]:
     return sorted(seen)
 
 
+def in_sections(tables: Sequence[Table], extra: Sequence[Table]) -> list[Table]:
+    """``tables`` with each of ``extra`` after the last table of its section (at the end without one)."""
+    out = list(tables)
+    for table in extra:
+        last = max((i for i, t in enumerate(out) if t.section == table.section), default=len(out) - 1)
+        out.insert(last + 1, table)
+    return out
+
+
 def own_table_metrics(benchmark: str) -> list[str]:
     """The metrics the benchmark gives their own by-length table."""
     cls = benchmark_class(benchmark)
