@@ -26,9 +26,21 @@ def test_an_unknown_family_is_refused_for_a_method_and_runs_rope(tmp_path):
 
 
 def test_a_config_the_family_cannot_run_exactly_is_refused(tmp_path):
-    model = saved_config(tmp_path, "phi3", partial_rotary_factor=0.75)
-    with pytest.raises(UnsupportedModelError, match="partial rotary"):
+    rope = {
+        "rope_type": "longrope",
+        "rope_theta": 10000.0,
+        "short_factor": [1.0] * 48,
+        "long_factor": [2.0] * 48,
+    }
+    model = saved_config(tmp_path, "phi3", rope_parameters={**rope, "original_max_position_embeddings": 4096})
+    with pytest.raises(UnsupportedModelError, match="'longrope' RoPE scaling") as refused:
         HFBackend.check_model(model, ["selfextend"])
+    assert "\n" not in str(refused.value)
+
+
+def test_a_partial_rotary_config_passes(tmp_path):  # Phi-4-mini: three quarters of each head turn
+    HFBackend.check_model(saved_config(tmp_path / "phi", "phi3", partial_rotary_factor=0.75), ["selfextend"])
+    HFBackend.check_model(saved_config(tmp_path / "stablelm", "stablelm"), ["lampe"])
 
 
 def test_a_supported_family_passes(tmp_path):
