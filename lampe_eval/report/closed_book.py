@@ -42,7 +42,17 @@ from .data import (
     variant_labels,
 )
 from .effective import length_scores
-from .tables import Cell, Table, benchmark_score, by_length_table, in_sections, slug, task_order
+from .tables import (
+    Cell,
+    Cells,
+    Table,
+    by_length_table,
+    headline_metric,
+    in_sections,
+    index_by_section,
+    slug,
+    task_order,
+)
 from .uncertainty import Bootstrap, Interval
 
 CLOSED_BOOK_LABEL = "closed-book"
@@ -65,17 +75,6 @@ class Gain:
     interval: Interval | None
     partner: Variant  # the closed-book run it was set against
     closed_score: float
-
-
-Index = dict[tuple[str, str], dict[tuple[Variant, int], dict[str, TaskScore]]]
-
-
-def _index(scores: Sequence[TaskScore]) -> Index:
-    """(benchmark, model) -> (variant, length) -> task -> its result."""
-    index: Index = defaultdict(lambda: defaultdict(dict))
-    for s in scores:
-        index[(s.benchmark, s.model)][(s.variant, s.length)][s.task] = s
-    return index
 
 
 def partner(
@@ -124,69 +123,77 @@ def context_gain_tables(
 ) -> list[Table]:
     """Per benchmark and model with closed-book results: the closed-book scores by length, and each
     method's context gain by length (with its paired interval) and averaged over the lengths."""
-    runs_index, closed_index = _index(scores), _index(closed)
+    runs_index, closed_index = index_by_section(scores), index_by_section(closed)
     tables: list[Table] = []
     for key in sorted(set(runs_index) & set(closed_index)):
         benchmark, model = key
         runs, shut = runs_index[key], closed_index[key]
         tasks = task_order(benchmark, {t for per in runs.values() for t in per})
-        lengths = sorted({n for _, n in runs} & {n for _, n in shut})
         closed_variants = method_order({v for v, _ in shut}, presentation)
-        section = f"{benchmark} | {model}"
-        metric = _metric_of(runs)
+        metric = headline_metric(ts for per in runs.values() for ts in per.values())
         labels = {v: f"{label} ({CLOSED_BOOK_LABEL})" for v, label in variant_labels(closed_variants).items()}
         table = by_length_table(benchmark, model, shut, tasks, closed_variants, labels, metric, key="")
-        table.key, table.section = slug(benchmark, model, "closed-book"), section
+        table.key, table.section = slug(benchmark, model, "closed-book"), f"{benchmark} | {model}"
         table.title = f"{benchmark} | {model} | closed-book score by length (--opt no_context=true)"
         if bootstrap is not None:
             for _, cells in table.rows:
                 for cell in cells:
                     cell.interval = bootstrap.interval_of(cell.parts) if cell.parts else None
         tables.append(table)
-        tables.append(_gain_table(benchmark, model, runs, shut, tasks, lengths, bootstrap, presentation))
+        tables.append(_gain_table(benchmark, model, runs, shut, bootstrap, presentation))
     return tables
 
 
-def _metric_of(cells: dict[tuple[Variant, int], dict[str, TaskScore]]) -> Metric:
-    names = {ts.metric for per in cells.values() for ts in per.values()}
-    any_score = next(ts for per in cells.values() for ts in per.values())
-    return any_score.metric_info() if len(names) == 1 else Metric("score")
+@dataclass(frozen=True)
+class _CellGain:
+    gain: Gain
+    runs: list[TaskScore]  # the task results it was computed on, and their closed-book partners
+    closed: list[TaskScore]
+
+
+def _cell_gains(
+    runs: Cells, shut: Cells, bootstrap: Bootstrap | None, presentation: Presentation
+) -> dict[tuple[Variant, int], _CellGain]:
+    """(variant, length) -> its context gain over the tasks that ran there (each needs its closed-book
+    result): the one computation behind the table and the leaderboard's columns."""
+    out: dict[tuple[Variant, int], _CellGain] = {}
+    closed_variants = {w for w, _ in shut}
+    for (variant, length), per in runs.items():
+        other = partner(variant, closed_variants, presentation)
+        theirs = shut.get((other, length), {}) if other else {}
+        ran = [per[t] for t in sorted(per) if not math.isnan(per[t].score)]
+        if other is None or not ran or any(s.task not in theirs for s in ran):
+            continue
+        matched = [theirs[s.task] for s in ran]
+        found = gain(ran, matched, other, bootstrap)
+        if found is not None:
+            out[(variant, length)] = _CellGain(found, ran, matched)
+    return out
 
 
 def _gain_table(
     benchmark: str,
     model: str,
-    runs: dict[tuple[Variant, int], dict[str, TaskScore]],
-    shut: dict[tuple[Variant, int], dict[str, TaskScore]],
-    tasks: Sequence[str],
-    lengths: Sequence[int],
+    runs: Cells,
+    shut: Cells,
     bootstrap: Bootstrap | None,
     presentation: Presentation,
 ) -> Table:
     variants = method_order({v for v, _ in runs}, presentation)
     labels = variant_labels(variants)
     closed_labels = variant_labels({v for v, _ in shut})
+    lengths = sorted({n for _, n in runs} & {n for _, n in shut})
+    cells = _cell_gains(runs, shut, bootstrap, presentation)
     rows, partners = [], set()
     for v in variants:
-        other = partner(v, {w for w, _ in shut}, presentation)
-        row: list[Cell] = []
-        every_run: list[TaskScore] = []
-        every_closed: list[TaskScore] = []
-        for n in lengths:
-            mine, theirs = runs.get((v, n), {}), shut.get((other, n), {}) if other else {}
-            complete = benchmark_score(mine, tasks) is not None and benchmark_score(theirs, tasks) is not None
-            found = (
-                gain([mine[t] for t in tasks], [theirs[t] for t in tasks], other, bootstrap)
-                if (complete and other)
-                else None
-            )
-            row.append(_cell(found))
-            if found is not None:
-                every_run += [mine[t] for t in tasks]
-                every_closed += [theirs[t] for t in tasks]
+        found = [cells.get((v, n)) for n in lengths]
+        row = [_cell(c.gain if c else None) for c in found]
+        every = [c for c in found if c is not None]
+        # the average over the lengths: the pooled samples of every length, only when all have a gain
+        other = every[0].gain.partner if every else None
         whole = (
-            gain(every_run, every_closed, other, bootstrap)
-            if other and all(c.value is not None for c in row) and every_run
+            gain([s for c in every for s in c.runs], [s for c in every for s in c.closed], other, bootstrap)
+            if other is not None and len(every) == len(found)
             else None
         )
         row.append(_cell(whole))
@@ -231,21 +238,15 @@ def gains_by_length(
     presentation: Presentation = DECLARED,
 ) -> dict[tuple[str, Variant, str, int], Gain]:
     """(model, variant, benchmark, length) -> the context gain over the tasks that ran there (the
-    leaderboard's columns): each task of the cell needs its closed-book result."""
-    runs_index, closed_index = _index(scores), _index(closed)
+    leaderboard's columns; the same values as the context-gain table's cells)."""
+    runs_index, closed_index = index_by_section(scores), index_by_section(closed)
     out: dict[tuple[str, Variant, str, int], Gain] = {}
-    for key in set(runs_index) & set(closed_index):
-        benchmark, model = key
-        runs, shut = runs_index[key], closed_index[key]
-        for (variant, length), per in runs.items():
-            other = partner(variant, {w for w, _ in shut}, presentation)
-            theirs = shut.get((other, length), {}) if other else {}
-            ran = [per[t] for t in sorted(per) if not math.isnan(per[t].score)]
-            if other is None or not ran or any(s.task not in theirs for s in ran):
-                continue
-            found = gain(ran, [theirs[s.task] for s in ran], other, bootstrap)
-            if found is not None:
-                out[(model, variant, benchmark, length)] = found
+    for benchmark, model in set(runs_index) & set(closed_index):
+        found = _cell_gains(
+            runs_index[(benchmark, model)], closed_index[(benchmark, model)], bootstrap, presentation
+        )
+        for (variant, length), cell in found.items():
+            out[(model, variant, benchmark, length)] = cell.gain
     return out
 
 

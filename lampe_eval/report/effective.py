@@ -39,7 +39,7 @@ from .data import (
     method_order,
     variant_labels,
 )
-from .tables import Cell, Table, in_sections, slug, task_order
+from .tables import Cell, Table, headline_metric, in_sections, slug, task_order
 
 RELATIVE = 0.85  # NoLiMa's fraction of the base score
 
@@ -172,9 +172,7 @@ def effective_lengths(
 
 
 def _metric(scores: Sequence[TaskScore], benchmark: str) -> Metric:
-    names = {s.metric for s in scores if s.benchmark == benchmark}
-    mine = next(s for s in scores if s.benchmark == benchmark)
-    return mine.metric_info() if len(names) == 1 else Metric("score")
+    return headline_metric(s for s in scores if s.benchmark == benchmark)
 
 
 def effective_length_tables(

@@ -25,7 +25,7 @@ import io
 import math
 import re
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from ..benchmarks.base import Metric, benchmark_class, metric_of
@@ -266,16 +266,32 @@ def own_table_metrics(benchmark: str) -> list[str]:
     return [m.name for m in cls.metrics if m.own_table] if cls else []
 
 
+Cells = dict[tuple[Variant, int], dict[str, TaskScore]]  # (variant, length) -> task -> its result
+SectionIndex = dict[tuple[str, str], Cells]  # (benchmark, model) -> its cells
+
+
+def index_by_section(scores: Iterable[TaskScore]) -> SectionIndex:
+    """(benchmark, model) -> (variant, length) -> task -> its result: how every table reads scores."""
+    index: SectionIndex = defaultdict(lambda: defaultdict(dict))
+    for s in scores:
+        index[(s.benchmark, s.model)][(s.variant, s.length)][s.task] = s
+    return index
+
+
+def headline_metric(results: Iterable[TaskScore]) -> Metric:
+    """The metric a set of one benchmark's results is shown in: their headline when they share one;
+    tasks with different headlines (mixed scorers) share one 0-100 "score"."""
+    listed = list(results)
+    names = {ts.metric for ts in listed}
+    return listed[0].metric_info() if len(names) == 1 else Metric("score")
+
+
 def generic_tables(
     scores: Sequence[TaskScore], bootstrap: Bootstrap | None = None, presentation: Presentation = DECLARED
 ) -> list[Table]:
     """The tables of every benchmark and model, methods in the ``presentation``'s order; with ``bootstrap``
     each cell also gets its interval and paired comparisons with the baseline (:func:`add_uncertainty`)."""
-    index: dict[tuple[str, str], dict[tuple[Variant, int], dict[str, TaskScore]]] = defaultdict(
-        lambda: defaultdict(dict)
-    )
-    for s in scores:
-        index[(s.benchmark, s.model)][(s.variant, s.length)][s.task] = s
+    index = index_by_section(scores)
     tables: list[Table] = []
     for benchmark, model in sorted(index):
         cells = index[(benchmark, model)]
@@ -285,9 +301,7 @@ def generic_tables(
         labels = variant_labels(variants)
         base = baseline_variant(variants, presentation)
         baseline = labels[base] if base else None
-        names = {ts.metric for per in cells.values() for ts in per.values()}
-        # tasks with different headlines (mixed scorers) share one 0-100 "score"
-        metric = metric_of(benchmark, names.pop()) if len(names) == 1 else Metric("score")
+        metric = headline_metric(ts for per in cells.values() for ts in per.values())
         mine: list[Table] = []
         if len(tasks) > 1:
             for length in lengths:
