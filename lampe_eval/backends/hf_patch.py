@@ -251,7 +251,7 @@ def _is_patched(layer: torch.nn.Module) -> bool:
 
 
 def _make_forward(state: PatchState, family: AttentionFamily):
-    order = state.head_order()
+    partial = state.partial_rotary
     heads, kv_heads = head_counts(state.base.config)
     key_heads = state.method.key_heads(heads, kv_heads) if heads and kv_heads else None
 
@@ -265,7 +265,8 @@ def _make_forward(state: PatchState, family: AttentionFamily):
     ) -> tuple[torch.Tensor, None]:
         batch, n, _ = hidden_states.shape
         query, key, value = family.project(self, hidden_states)
-        if order is not None:  # a partial rotary head runs as a whole one (attention/partial.py)
+        if partial:  # a partial rotary head runs as a whole one (attention/partial.py)
+            order = state.head_order(query.device)
             query, key = query[..., order], key[..., order]
         if key_heads is not None and key.shape[1] != key_heads:  # keys per query head (Method.key_heads)
             group = key_heads // key.shape[1]

@@ -26,17 +26,23 @@ class PlanCache:
     # (query heads, key heads) this process holds when the model is split over tensor-parallel ranks
     heads: tuple[slice, slice] | None = None
     _plans: dict[tuple[int, int, int | None], AttentionPlan] = field(default_factory=dict, repr=False)
+    _orders: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
 
     @property
     def partial_rotary(self) -> bool:
         """Whether only part of each head turns (``attention/partial.py``: it then runs as a whole head)."""
         return self.base.inv_freq.numel() * 2 < self.base.head_dim
 
-    def head_order(self) -> torch.Tensor | None:
-        """The query and key dimension order the engine takes (None: the model's own, a whole rotary)."""
+    def head_order(self, device: torch.device | str = "cpu") -> torch.Tensor | None:
+        """The query and key dimension order the engine takes (None: the model's own, a whole rotary),
+        on ``device``: made once per device, not in every layer call."""
         if not self.partial_rotary:
             return None
-        return head_order(self.base.inv_freq.numel() * 2, self.base.head_dim)
+        found = self._orders.get(str(device))
+        if found is None:
+            found = head_order(self.base.inv_freq.numel() * 2, self.base.head_dim).to(device)
+            self._orders[str(device)] = found
+        return found
 
     def plan(self, context_length: int, kv_len: int, total_length: int | None) -> AttentionPlan:
         """The plan for a sequence whose prompt had ``context_length`` tokens, now ``kv_len`` long, in a

@@ -209,9 +209,8 @@ def attend(
     written into ``output``."""
     cache = PagedCache.view(kv_cache, engine_key_copies(), query.shape[-1])
     rotated = layer.plans.state.method.fixed_key_positions()
-    order = layer.plans.state.head_order()
+    order = layer.plans.state.head_order(query.device)
     if order is not None:  # a partial rotary head runs as a whole one (attention/partial.py)
-        order = order.to(query.device)
         query, key = query[..., order], key[..., order]
     for row in step.rows:
         rows = slice(row.first, row.stop)
