@@ -32,6 +32,7 @@ from ..fileio import make_dirs
 from ..records import SampleRecord
 from .closed_book import split_closed_book, with_context_measures
 from .data import Presentation, load_records, one_setting_per_cell, task_scores
+from .difficulty import difficulty_scores, with_difficulty_tables
 from .effective import RELATIVE, with_effective_lengths
 from .figure import Plot
 from .formats import REPORT_FORMATS, Report, ReportFormat, ReportInputs
@@ -116,12 +117,18 @@ def build_report(
     make_dirs(out)
     scores = task_scores(records)
     closed_book = task_scores(closed_records)
+    levels = difficulty_scores(records)
     resampler = Bootstrap(bootstrap) if bootstrap is not None and bootstrap.resamples > 0 else None
     tables = with_effective_lengths(
         generic_tables(scores, resampler, presentation), scores, threshold, relative, presentation
     )
     report = Report(
-        tables=with_context_measures(tables, scores, closed_book, resampler, presentation),
+        tables=with_difficulty_tables(
+            with_context_measures(tables, scores, closed_book, resampler, presentation),
+            levels,
+            resampler,
+            presentation,
+        ),
         paper_tables=[],
         warnings=warnings,
     )
@@ -147,6 +154,7 @@ def build_report(
         threshold=threshold,
         relative=relative,
         closed_book=closed_book,
+        levels=levels,
     )
     for name in REPORT_FORMATS.names():
         fmt = REPORT_FORMATS.get(name)()

@@ -62,6 +62,7 @@ class ReportInputs:
     threshold: float | None = None  # the effective length's (None: each benchmark's declared one)
     relative: float = RELATIVE  # the relative effective length's fraction of the base score
     closed_book: list[TaskScore] = field(default_factory=list)  # closed-book results (--opt no_context=true)
+    levels: dict[str, list[TaskScore]] = field(default_factory=dict)  # difficulty level -> its results
 
 
 class ReportFormat(ABC):
@@ -151,7 +152,13 @@ class Leaderboard(ReportFormat):
         )
         files = [out / "leaderboard.csv"]
         board = leaderboard_csv(
-            scores, resampler, presentation, inputs.threshold, inputs.relative, inputs.closed_book
+            scores,
+            resampler,
+            presentation,
+            inputs.threshold,
+            inputs.relative,
+            inputs.closed_book,
+            inputs.levels,
         )
         atomic_write_text(files[0], board)
         if resampler is not None:
@@ -187,6 +194,7 @@ class Html(ReportFormat):
                 inputs.threshold,
                 inputs.relative,
                 inputs.closed_book,
+                inputs.levels,
             ),
             comparisons=comparison_rows(inputs.scores, resampler, inputs.presentation) if resampler else [],
             plots=inputs.plots,

@@ -37,6 +37,8 @@ context_gain_ci_high  (empty: intervals off, or under 2 common samples)
 longscore           LongScore (100-LongBench): the mean over the longer lengths of 100 (S_l - base) /
                     base, base the method's score at its shortest tested length; the same on every
                     length row of the method; empty where undefined
+scores_by_difficulty  ``level=score`` pairs, ``;``-separated, easiest first: the score on each difficulty
+                    level's samples (:mod:`.difficulty`); empty where the samples carry no level
 ==================  ==========================================================================
 
 ``comparisons.csv`` (:func:`comparison_rows`) holds, per row, the paired comparisons with the baseline
@@ -65,6 +67,7 @@ from .data import (
     method_order,
     variant_labels,
 )
+from .difficulty import scores_by_difficulty
 from .effective import RELATIVE, effective_lengths, relative_effective_lengths
 from .uncertainty import Bootstrap, Difference
 
@@ -93,6 +96,7 @@ LEADERBOARD_COLUMNS = [
     "context_gain_ci_low",
     "context_gain_ci_high",
     "longscore",
+    "scores_by_difficulty",
 ]
 
 COMPARISON_COLUMNS = [
@@ -133,14 +137,17 @@ def leaderboard_rows(
     threshold: float | None = None,
     relative: float = RELATIVE,
     closed: Sequence[TaskScore] = (),
+    levels: dict[str, list[TaskScore]] | None = None,
 ) -> list[dict[str, object]]:
     """``threshold``: the effective length's, replacing the benchmarks' declared ones; ``relative``: the
-    relative effective length's fraction of the base score; ``closed``: the closed-book results."""
+    relative effective length's fraction of the base score; ``closed``: the closed-book results;
+    ``levels``: the results per difficulty level (:func:`~.difficulty.difficulty_scores`)."""
     labels = variant_labels(s.variant for s in scores)
     effective = effective_lengths(scores, threshold)
     by_base = relative_effective_lengths(scores, relative, presentation)
     gains = gains_by_length(scores, closed, bootstrap, presentation)
     longs = long_scores(scores)
+    graded = scores_by_difficulty(levels or {})
     rows = []
     for (model, variant, benchmark, length), items in _groups(scores, presentation):
         metric = items[0].metric
@@ -176,6 +183,7 @@ def leaderboard_rows(
                 "longscore": _rounded(found_long.value)
                 if (found_long := longs.get((model, variant, benchmark)))
                 else "",
+                "scores_by_difficulty": graded.get((model, variant, benchmark, length), ""),
             }
         )
     return rows
@@ -205,8 +213,9 @@ def leaderboard_csv(
     threshold: float | None = None,
     relative: float = RELATIVE,
     closed: Sequence[TaskScore] = (),
+    levels: dict[str, list[TaskScore]] | None = None,
 ) -> str:
-    rows = leaderboard_rows(scores, bootstrap, presentation, threshold, relative, closed)
+    rows = leaderboard_rows(scores, bootstrap, presentation, threshold, relative, closed, levels)
     return _csv(LEADERBOARD_COLUMNS, rows)
 
 
