@@ -1,7 +1,8 @@
 """Difficulty apart from length: scores by difficulty level and length.
 
-A benchmark that grades its samples (RULERv2's ladders: basic, easy, medium, hard; LongBench Pro's four
-levels) writes the level into each sample's ``meta["difficulty"]``, and it reaches the record's ``meta``.
+A benchmark that grades its samples (ladders of basic, easy, medium and hard items; four difficulty
+levels crossed with the lengths) writes the level into each sample's ``meta["difficulty"]``, and it
+reaches the record's ``meta``.
 For every benchmark and model whose records carry one, the report adds a table of methods x levels
 (rows) by lengths (columns): a level's score is the mean of the headline over the tasks at that level,
 each task's score taken on its samples of that level only (the benchmark's own aggregate), so a method
