@@ -27,10 +27,10 @@ from lampe_eval.methods import METHODS  # noqa: E402
 from lampe_eval.methods.resolve import resolve_method  # noqa: E402
 from lampe_eval.models import load_for_engine  # noqa: E402
 
-WINDOW = 1024  # every method set for a 1K window, so every segment is active at 1.25K-3K tokens
-# 1.125 windows: every segment of every method is active in the prefill and at each decode step, as at
-# 1.25 (1,536, then 1,280 tokens and 16 new ones until CI time asked for less)
-PROMPT = 1152
+WINDOW = 512  # SmolLM2 taken for a model of a 512-token window (1,024 until CI time asked for less)
+# 1.125 windows: every segment of every method is active in the prefill and at each decode step, the same
+# segments and kernel calls as at 1,152 tokens of a 1K window (1,536, then 1,280 and 1,152 tokens before)
+PROMPT = 576
 NEW_TOKENS = 8
 CHUNK = 512
 # fp32 log-probabilities of 2K tokens: the kernels differ in their summation order (rope itself, no method
@@ -48,7 +48,7 @@ def kjv_ids(smollm2) -> list[int]:
 
 @pytest.fixture(scope="module")
 def hf(smollm2) -> HFBackend:
-    """SmolLM2 taken for a model of a 1K window (the methods plan with the window the model reports)."""
+    """SmolLM2 taken for a model of a ``WINDOW``-token window (the methods plan with the model's window)."""
     return HFBackend(dataclasses.replace(smollm2, pretraining_window=WINDOW))
 
 
@@ -160,7 +160,7 @@ def _resident_growth(backend: VLLMBackend, requests: list[GenerationRequest]) ->
 def test_a_lampe_batch_holds_no_memory_outside_vllms_kv_budget(
     hf: HFBackend, vllm_backend: VLLMBackend, kjv_ids: list[int]
 ) -> None:
-    """The same KV budget (VLLM_CPU_KVCACHE_SPACE) for rope and LaMPE: a batch of four 1,152-token prompts
+    """The same KV budget (VLLM_CPU_KVCACHE_SPACE) for rope and LaMPE: a batch of four 576-token prompts
     raises the resident memory under LaMPE by no more than its declared extra key copies of those tokens
     (written into vLLM's own cache) beyond rope's; keys kept beside the cache (the old slot pools: every
     copy, and the values, for 4 sequences) would be far more."""
@@ -211,10 +211,10 @@ def test_prompts_of_different_lengths_batched_give_what_each_gives_alone(
 ) -> None:
     """LaMPE's plan follows each prompt's length and budget: four lengths and budgets in one continuous
     batch, submitted longest first."""
-    method = resolve_method("lampe", WINDOW, 1612, base=hf.rope_base()).method
-    requests = [  # two beyond the window, two within (2,200 and 1,500 tokens until CI time asked for less)
+    method = resolve_method("lampe", WINDOW, 812, base=hf.rope_base()).method
+    requests = [  # two beyond the window, two within (2,200, then 1,600 tokens until CI time asked for less)
         GenerationRequest("", new, input_ids=tuple(kjv_ids[start : start + length]))
-        for start, length, new in ((0, 1600, 12), (500, 1100, 20), (900, 700, 16), (1300, 300, 8))
+        for start, length, new in ((0, 800, 12), (250, 550, 20), (450, 350, 16), (650, 150, 8))
     ]
     with hf.install(method):
         alone = [hf.generate([r])[0] for r in requests]
