@@ -12,6 +12,7 @@ numbers per row.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
@@ -59,7 +60,7 @@ def difficulty_scores(records: Iterable[SampleRecord]) -> dict[str, list[TaskSco
 
 def level_score(items: Sequence[TaskScore]) -> float | None:
     """A level's score in one (model, variant, benchmark, length): the mean over the tasks that ran."""
-    values = [s.score for s in items if s.score == s.score]  # not NaN
+    values = [s.score for s in items if not math.isnan(s.score)]
     return mean(values) if values else None
 
 
