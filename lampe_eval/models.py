@@ -484,6 +484,48 @@ def tiny_llama(
     return model.eval()
 
 
+# One small example of each family beyond Llama: the config fields it needs on top of shaped_config's
+# (tests/test_families.py and `make gpu-check` build their random models from these).
+FAMILY_EXAMPLES: dict[str, dict[str, Any]] = {
+    "qwen3": {},
+    "olmo2": {},
+    "phi3": {"pad_token_id": 0},
+    # a local layer (its own RoPE base and window) then a global one; a scale that is not 1/sqrt(D)
+    "gemma3_text": {
+        "layers": 3,
+        "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+        "sliding_window": 16,
+        "query_pre_attn_scalar": 24,
+        "rope_parameters": {
+            "full_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 500.0},
+        },
+    },
+    # partial rotary (attention/partial.py): StableLM's default quarter with per-head LayerNorms; Phi-4-mini's
+    # three quarters
+    "stablelm": {
+        "qk_layernorm": True,
+        "use_qkv_bias": True,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+    },
+    "phi4_mini": {"model_type": "phi3", "pad_token_id": 0, "partial_rotary_factor": 0.75},
+}
+
+
+def tiny_family(name: str, *, vary_norms: bool = True, **shape: Any) -> Any:
+    """A random 2-layer model of ``FAMILY_EXAMPLES[name]`` (or of model type ``name`` with Llama's fields;
+    ``shape``: :func:`tiny_llama`'s arguments), its norms' weights drawn away from 1 (``vary_norms``) so
+    that a misplaced norm shows."""
+    net = tiny_llama(**{"layers": 2, "model_type": name, **shape, **FAMILY_EXAMPLES.get(name, {})})
+    if not vary_norms:
+        return net
+    generator = torch.Generator().manual_seed(3)
+    for parameter_name, parameter in net.named_parameters():
+        if "norm" in parameter_name:
+            parameter.data = torch.rand(parameter.shape, generator=generator) + 0.5
+    return net
+
+
 def shaped_config(
     *,
     layers: int,

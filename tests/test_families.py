@@ -18,45 +18,16 @@ from lampe_eval.backends.rope_config import rope_base
 from lampe_eval.errors import UnsupportedModelError
 from lampe_eval.families import family_of_config
 from lampe_eval.methods import METHODS, create_method
-from lampe_eval.models import tiny_llama
+from lampe_eval.models import FAMILY_EXAMPLES, tiny_family, tiny_llama
 
 WINDOW = 32
 LENGTH = 80  # 2.5x the window: every method's segments are active
-FAMILIES = ["qwen3", "olmo2", "phi3", "gemma3_text", "stablelm", "phi4_mini"]
-EXTRA: dict[str, dict] = {
-    "phi3": {"pad_token_id": 0},
-    # partial rotary (attention/partial.py): StableLM's default quarter with per-head LayerNorms; Phi-4-mini's
-    # three quarters
-    "stablelm": {
-        "qk_layernorm": True,
-        "use_qkv_bias": True,
-        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
-    },
-    "phi4_mini": {"model_type": "phi3", "pad_token_id": 0, "partial_rotary_factor": 0.75},
-    # a local layer (its own RoPE base, a window of 16) then a global one; a scale that is not 1/sqrt(D)
-    "gemma3_text": {
-        "layers": 3,
-        "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
-        "sliding_window": 16,
-        "query_pre_attn_scalar": 24,
-        "rope_parameters": {
-            "full_attention": {"rope_type": "default", "rope_theta": 10000.0},
-            "sliding_attention": {"rope_type": "default", "rope_theta": 500.0},
-        },
-    },
-}
+FAMILIES = list(FAMILY_EXAMPLES)
 
 
 def tiny(model_type: str):
-    """A random 2-layer model of the family (4 query / 2 KV heads, head dim 16); its norms' weights drawn
-    away from 1 so a misplaced norm shows."""
-    extra = {"layers": 2, "model_type": model_type, **EXTRA.get(model_type, {})}
-    net = tiny_llama(window=WINDOW, head_dim=16, **extra)
-    generator = torch.Generator().manual_seed(3)
-    for name, parameter in net.named_parameters():
-        if "norm" in name:
-            parameter.data = torch.rand(parameter.shape, generator=generator) + 0.5
-    return net
+    """A random 2-layer model of the family (4 query / 2 KV heads, head dim 16), norms away from 1."""
+    return tiny_family(model_type, window=WINDOW, head_dim=16)
 
 
 @pytest.fixture(scope="module")
