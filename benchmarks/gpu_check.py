@@ -12,10 +12,16 @@
 (e) a whole random model (``--model-layers`` Llama-3-8B-shaped layers, the full vocabulary) through the
     Hugging Face backend's ``generate`` and its PG-19 loss pass, at the (c) lengths: prefill time and decode
     ms/token against plain RoPE, and the peak memory above the weights against ``lampe_eval/memory.py``'s
-    estimate (what ``--dry-run`` prints and what refuses a run that cannot fit).
+    estimate (what ``--dry-run`` prints and what refuses a run that cannot fit);
+(f) the causal kernels this GPU offers the unpatched model; (g) the vLLM backend's paged attention code;
+(h) every model family (``FAMILY_EXAMPLES``: Qwen3, OLMo 2, Phi-3, Gemma 3, StableLM and Phi-4-mini's
+    partial rotary), small and random, patched with each position method on the GPU against the same
+    patched model in fp32 on the CPU (itself checked against the dense oracle by the tests);
+(i) where a whole-model decode step's time goes: wall time per token against the GPU's busy time per
+    token and its kernel launches (a step far above its busy time is bound by the host's launches).
 
-It prints one table and exits 1 when (a) or (b) fails. Without CUDA it says so, runs (a) and (b) on
-CPU (smaller shapes, fp32) and exits 0 when they pass.
+It prints one table and exits 1 when (a), (b), (g) or (h) fails, or a part crashes. Without CUDA it says
+so, runs (a), (b) (smaller shapes, fp32) and (h) on CPU and exits 0 when they pass.
 
     python benchmarks/gpu_check.py [--lengths 32k,128k] [--check-length 4096] [--repeats 3]
                                    [--model-layers 4] [--model-methods rope,lampe,...]
@@ -24,9 +30,11 @@ CPU (smaller shapes, fp32) and exits 0 when they pass.
 from __future__ import annotations
 
 import argparse
+import copy
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -46,7 +54,7 @@ from lampe_eval.lengths import parse_length
 from lampe_eval.memory import GIB
 from lampe_eval.methods import METHODS, RopeBase, create_method
 from lampe_eval.methods.resolve import resolve_method
-from lampe_eval.models import LoadedModel, shaped_config, tiny_llama
+from lampe_eval.models import FAMILY_EXAMPLES, LoadedModel, shaped_config, tiny_family, tiny_llama
 from lampe_eval.settings import RunSettings
 
 # the official 8B shape (Llama-3-8B): 32 query heads, 8 KV heads, head_dim 128, 8K window
@@ -299,6 +307,45 @@ def profile_prefill(name: str, length: int, rows: int = 12) -> None:
         torch.cuda.synchronize()
     print(f"profile: {name} prefill at {length // 1024}K")
     print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=rows))
+
+
+class ProfileAfterPrefill:
+    """A ``generate`` streamer that profiles the decode steps only: the profiler starts when the first new
+    token reaches the host (after the prefill) and stops at the end."""
+
+    def __init__(self) -> None:
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if torch.cuda.is_available():
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        self.profiler = torch.profiler.profile(activities=activities)
+        self.puts = 0
+
+    def put(self, value: torch.Tensor) -> None:
+        self.puts += 1
+        if self.puts == 2:
+            self.profiler.start()
+
+    def end(self) -> None:
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        self.profiler.stop()
+
+
+@torch.no_grad()
+def profile_decode(names: list[str], length: int, shape: ModelShapeArgs, rows: int = 15) -> None:
+    """Where a whole-model decode step's GPU time goes (``--profile-decode NAME``): the kernels of 16 decode
+    steps after a prompt of ``length`` - 17 tokens, heaviest first."""
+    with tempfile.TemporaryDirectory() as where:
+        backend = HFBackend(random_model(shape, "cuda", torch.bfloat16, where))
+        ids = torch.randint(100, shape.vocab, (1, length - 17), generator=torch.Generator().manual_seed(2))
+        for name in names:
+            with backend.install(resolve_method(name, shape.window, length).method):
+                backend.generate_ids(ids.cuda(), length, 17, 17, set())  # warm
+                streamer = ProfileAfterPrefill()
+                backend.generate_ids(ids.cuda(), length, 17, 17, set(), streamer=streamer)
+            print(f"profile: {name}, 16 decode steps at {length // 1024}K, {shape.layers} layers")
+            table = streamer.profiler.key_averages().table(sort_by="self_cuda_time_total", row_limit=rows)
+            print(table)
 
 
 # ------------------------------------------------------------------------------------------------ (f)
@@ -648,6 +695,100 @@ def paged_method(
         row.failed.append(f"(g) batched paged decode vs each row alone: max error {error:.2e} > {tol:.0e}")
 
 
+# ------------------------------------------------------------------------------------------------ (h)
+FAMILY_METHODS = "lampe,selfextend,dca,rerope,string,yarn,ms_poe"
+
+
+def relative_error(model: Any, reference_model: Any, ids: torch.Tensor) -> float:
+    """max |logits - reference| / max |reference|: ``model`` on its device against ``reference_model``."""
+    reference = reference_model(ids).logits.float()
+    logits = model(ids.to(model.device)).logits.float().cpu()
+    return ((logits - reference).abs().max() / reference.abs().max()).item()
+
+
+@torch.no_grad()
+def check_families(
+    rows: dict[str, Row],
+    device: str,
+    dtype: torch.dtype,
+    *,
+    length: int = 1280,
+    window: int = 512,
+    methods: str = FAMILY_METHODS,
+    rel_tol: float = 3e-2,
+) -> None:
+    """(h) Each family's small random model (8 query / 4 KV heads, head dim 64, 2.5x its window) patched
+    with each method on ``device`` in ``dtype`` against the same patched model in fp32 on the CPU. The
+    yardstick is the unpatched model's own error in ``dtype`` (Gemma 3's embedding scale makes a random
+    model sensitive to rounding): a method fails when its error exceeds ``rel_tol`` and twice that."""
+    ids = torch.randint(0, 1024, (1, length), generator=torch.Generator().manual_seed(5))
+    for family in ["llama", *FAMILY_EXAMPLES]:
+        shape = {"window": window, "heads": 8, "kv_heads": 4, "head_dim": 64, "vocab": 1024}
+        net = tiny_family(family, vary_norms=False, **shape)
+        there = copy.deepcopy(net).to(device)
+        for parameter in there.parameters():  # weights in dtype, RoPE's buffers kept fp32 (see (b))
+            parameter.data = parameter.data.to(dtype)
+        row = rows.setdefault(family, Row(family))
+        unpatched = relative_error(there, net, ids)
+        tolerance = max(rel_tol, 2 * unpatched)
+        worst = 0.0
+        for name in filter(None, methods.split(",")):
+            with (
+                apply_method(net, method_for(name, window, length)),
+                apply_method(there, method_for(name, window, length)),
+            ):
+                err = relative_error(there, net, ids)
+            worst = max(worst, err)
+            if not err <= tolerance:
+                row.failed.append(f"(h) {name}: relative error {err:.2e} > {tolerance:.1e}")
+        row.cells["(h) unpatched / worst method"] = f"{unpatched:.1e} / {worst:.1e}"
+
+
+# ------------------------------------------------------------------------------------------------ (i)
+def device_work(profiler: torch.profiler.profile) -> tuple[float, int]:
+    """The GPU's busy time (s) and kernel launches a profile saw (from its device events)."""
+    device_events = [e for e in profiler.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    return sum(e.time_range.elapsed_us() for e in device_events) / 1e6, len(device_events)
+
+
+@torch.no_grad()
+def decode_breakdown(
+    rows: dict[str, Row],
+    length: int,
+    methods: list[str],
+    *,
+    shape: ModelShapeArgs,
+    new_tokens: int = 16,
+    device: str = "cuda",
+) -> None:
+    """(i) at one length: per decoded token, the wall time (best of 2 generations) and the GPU's busy time
+    and kernel launches (one more generation, its ``new_tokens`` decode steps profiled; ``device``: the
+    tests run it on CPU, where the GPU columns read 0)."""
+    label = f"{length // 1024}K" if length >= 1024 else str(length)
+    with tempfile.TemporaryDirectory() as where:
+        lm = random_model(shape, device, torch.bfloat16 if device == "cuda" else torch.float32, where)
+        backend = HFBackend(lm)
+        ids = torch.randint(100, shape.vocab, (1, length), generator=torch.Generator().manual_seed(2))
+        prompt = ids[:, : length - new_tokens - 1].to(device)
+        tokens = new_tokens + 1
+        for name in methods:
+            method = resolve_method(name, shape.window, length).method
+            wall = float("inf")
+            with backend.install(method):
+                for _ in range(2):
+                    clock = TokenClock()
+                    backend.generate_ids(prompt, length, tokens, tokens, set(), streamer=clock)
+                    wall = min(wall, (clock.times[-1] - clock.times[0]) / (len(clock.times) - 1))
+                profiled = ProfileAfterPrefill()
+                backend.generate_ids(prompt, length, tokens, tokens, set(), streamer=profiled)
+            busy, launches = device_work(profiled.profiler)
+            row = rows.setdefault(name, Row(name))
+            row.cells[f"decode {label} ms/token: wall / GPU busy"] = (
+                f"{wall * 1e3:.1f} / {busy / new_tokens * 1e3:.1f}"
+            )
+            row.cells[f"launches/token {label}"] = f"{launches / new_tokens:.0f}"
+
+
 # -------------------------------------------------------------------------------------------- report
 def print_table(rows: dict[str, Row]) -> None:
     columns: list[str] = []
@@ -665,6 +806,30 @@ def print_table(rows: dict[str, Row]) -> None:
             print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
 
 
+CRASHES: list[str] = []  # parts that raised: reported, the other parts still run
+
+
+def each_length(fn: Callable[[int], object], lengths: list[int]) -> Callable[[], None]:
+    def run() -> None:
+        for length in lengths:
+            fn(length)
+
+    return run
+
+
+def part(label: str, fn: Callable[[], object]) -> None:
+    """Run one part; a crash is printed, counted as a failure, and the next part runs (a lease is short)."""
+    start = time.perf_counter()
+    try:
+        fn()
+    except Exception as error:  # noqa: BLE001 - every part's crash is reported at the end
+        traceback.print_exc()
+        CRASHES.append(f"part ({label}) crashed: {type(error).__name__}: {str(error).splitlines()[0][:200]}")
+    print(f"part ({label}): {time.perf_counter() - start:.0f} s", flush=True)
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lengths", default="32k,128k", help="(c) lengths (CUDA only)")
@@ -678,8 +843,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--profile", default="", help="(CUDA) methods whose longest prefill to profile")
     parser.add_argument("--methods", default="", help="only these methods (default: every method)")
+    parser.add_argument("--profile-decode", default="", help="(CUDA) methods whose model decode to profile")
     parser.add_argument("--model-layers", type=int, default=4, help="(e) the random model's layers")
-    parser.add_argument("--model-methods", default=MODEL_METHODS, help="(e) methods, rope first")
+    parser.add_argument("--model-methods", default=MODEL_METHODS, help="(e) and (i) methods, rope first")
     parser.add_argument("--model-repeats", type=int, default=2, help="(e) generations per method (best)")
     parser.add_argument("--skip", default="", help="parts to skip, e.g. c,e,f")
     args = parser.parse_args(argv)
@@ -687,56 +853,78 @@ def main(argv: list[str] | None = None) -> int:
     cuda = torch.cuda.is_available()
     device = "cuda" if cuda else "cpu"
     dtype = torch.bfloat16 if cuda else torch.float32
-    where = torch.cuda.get_device_name() if cuda else "CPU (no CUDA device: parts (c) and (d) skipped)"
+    where = torch.cuda.get_device_name() if cuda else "CPU (no CUDA device: parts (c)-(g) and (i) skipped)"
     print(f"device: {where}")
     backend = kernels.describe(device, dtype)
     print(f"kernel backend for the pieces: {backend} ({kernels.ENV}={kernels.setting()})")
     if cuda:
         print(f"FlashAttention window_size on this build: {window_support(device)}")
     skip = set(args.skip.split(","))
+    run = {name: name not in skip and (cuda or name in "abh") for name in "abcdefghi"}
+    lengths = [parse_length(x) for x in args.lengths.split(",")]
     rows: dict[str, Row] = {}
     length = args.check_length or (4096 if cuda else 512)
-    if "a" not in skip:
-        check_attention(rows, length, device, dtype, 3e-2 if cuda else 1e-4, args.oracle_rows)
-    if "b" not in skip:
-        check_model(rows, args.model_length or (2048 if cuda else 256), device, dtype, 3e-2 if cuda else 1e-4)
-    lengths = [parse_length(x) for x in args.lengths.split(",")]
-    if cuda and "f" not in skip:
-        for length in lengths:
-            kernel_survey(length, args.repeats)
-    if cuda and "c" not in skip:
-        for length in lengths:
-            measure_speed(rows, length, args.repeats)
+    tol = 3e-2 if cuda else 1e-4
+    if run["a"]:
+        part("a", lambda: check_attention(rows, length, device, dtype, tol, args.oracle_rows))
+    if run["b"]:
+        part("b", lambda: check_model(rows, args.model_length or (2048 if cuda else 256), device, dtype, tol))
+    if run["f"]:
+        part("f", each_length(lambda length: kernel_survey(length, args.repeats), lengths))
+    if run["c"]:
+        part("c", each_length(lambda length: measure_speed(rows, length, args.repeats), lengths))
         for name in filter(None, args.profile.split(",")):
-            profile_prefill(name, max(lengths))
+            part("profile", lambda name=name: profile_prefill(name, max(lengths)))
+    if cuda and args.profile_decode:
+        decode_shape = ModelShapeArgs(layers=args.model_layers)
+        names = args.profile_decode.split(",")
+        part("profile decode", lambda: profile_decode(names, max(lengths), decode_shape))
     print_table(rows)
-    failures = [f"{row.method}: {failure}" for row in rows.values() for failure in row.failed]
-    for failure in failures:
-        print("FAILED", failure, file=sys.stderr)
-    if cuda and "e" not in skip:
-        sys.stdout.flush()
+    tables = [rows]
+    model_methods = args.model_methods.split(",")
+    shape = ModelShapeArgs(layers=args.model_layers)
+    if run["e"]:
         model_rows: dict[str, Row] = {}
-        shape = ModelShapeArgs(layers=args.model_layers)
         print(f"(e) a random model, {shape.layers} Llama-3-8B-shaped layers, vocabulary {shape.vocab}, bf16:")
-        for length in lengths:
-            for warning in measure_model(
-                model_rows, length, args.model_methods.split(","), shape=shape, repeats=args.model_repeats
-            ):
-                print("WARNING: memory estimate low:", warning)
-            torch.cuda.empty_cache()  # the last length's model and cache
+
+        def whole_model() -> None:
+            for length in lengths:
+                for warning in measure_model(
+                    model_rows, length, model_methods, shape=shape, repeats=args.model_repeats
+                ):
+                    print("WARNING: memory estimate low:", warning)
+                torch.cuda.empty_cache()  # the last length's model and cache
+
+        part("e", whole_model)
         print_table(model_rows)
-    if cuda and "g" not in skip:
+    if run["g"]:
         paged_rows: dict[str, Row] = {}
         print("(g) the vLLM backend's paged attention (8B-shaped layer, blocks of 16, 4 rows decoding):")
-        for length in lengths:
-            measure_paged(paged_rows, length, args.repeats, methods=args.methods or PAGED_METHODS)
+        methods = args.methods or PAGED_METHODS
+        paged = each_length(lambda n: measure_paged(paged_rows, n, args.repeats, methods=methods), lengths)
+        part("g", paged)
         print_table(paged_rows)
-        failures += [f"{row.method}: {failure}" for row in paged_rows.values() for failure in row.failed]
-        for failure in failures:
-            print("FAILED", failure, file=sys.stderr)
+        tables.append(paged_rows)
+    if run["h"]:
+        family_rows: dict[str, Row] = {}
+        print(f"(h) model families, patched on {device} in bf16 against fp32 on the CPU:")
+        family_methods = args.methods or FAMILY_METHODS
+        part("h", lambda: check_families(family_rows, device, torch.bfloat16, methods=family_methods))
+        print_table(family_rows)
+        tables.append(family_rows)
+    if run["i"]:
+        decode_rows: dict[str, Row] = {}
+        print(f"(i) where a decode step's time goes ({shape.layers} Llama-3-8B-shaped layers, bf16):")
+        part(
+            "i", each_length(lambda n: decode_breakdown(decode_rows, n, model_methods, shape=shape), lengths)
+        )
+        print_table(decode_rows)
+    failures = [f"{row.method}: {fail}" for table in tables for row in table.values() for fail in row.failed]
+    for failure in failures + CRASHES:
+        print("FAILED", failure, file=sys.stderr)
     if not cuda:
-        print("no CUDA device: (a) and (b) ran on CPU; (c), (d) and (e) need a GPU")
-    return 1 if failures else 0
+        print("no CUDA device: (a), (b) and (h) ran on CPU; (c)-(g) and (i) need a GPU")
+    return 1 if failures or CRASHES else 0
 
 
 if __name__ == "__main__":

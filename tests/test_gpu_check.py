@@ -27,7 +27,7 @@ def gpu_check():
     return module
 
 
-SMALL = ["--check-length", "64", "--model-length", "32", "--oracle-rows", "4"]
+SMALL = ["--check-length", "64", "--model-length", "32", "--oracle-rows", "4", "--skip", "h"]
 
 
 def test_cpu_run_checks_a_and_b_and_exits_0(gpu_check, capsys):
@@ -84,3 +84,30 @@ def test_whole_model_part_runs_the_backend_and_the_estimate(gpu_check):
             sizes = cells[f"{phase} 128 GiB est/meas"].split(" ")[0]
             estimated, measured = (float(x) for x in sizes.split("/"))
             assert measured > 0 and estimated > 0, (name, phase)
+
+
+def test_families_part_fails_a_wrong_kernel_in_one_family(gpu_check, monkeypatch):
+    """(h) on CPU in bf16 against fp32: the families pass; an attention 30 % off in bf16 fails them."""
+    rows = {}
+    gpu_check.check_families(rows, "cpu", torch.bfloat16, length=160, window=64, methods="lampe")
+    assert set(rows) == {"llama", *gpu_check.FAMILY_EXAMPLES} and not any(r.failed for r in rows.values())
+    original = kernels.attend
+
+    def off(q, k, v, scale, kind, mask, backend, window=0):
+        out, lse = original(q, k, v, scale, kind, mask, backend, window)
+        return (out * 1.3, lse) if q.dtype == torch.bfloat16 else (out, lse)
+
+    monkeypatch.setattr(kernels, "attend", off)
+    rows = {}
+    gpu_check.check_families(rows, "cpu", torch.bfloat16, length=160, window=64, methods="lampe")
+    assert all(row.failed for row in rows.values())
+
+
+def test_decode_part_times_the_decode_steps_alone(gpu_check):
+    rows = {}
+    shape = gpu_check.ModelShapeArgs(1, 4, 2, 16, intermediate=128, vocab=256, window=64)
+    gpu_check.decode_breakdown(rows, 128, ["rope", "lampe"], shape=shape, new_tokens=3, device="cpu")
+    for name in ("rope", "lampe"):
+        wall, busy = (float(x) for x in rows[name].cells["decode 128 ms/token: wall / GPU busy"].split(" / "))
+        assert wall > 0 and busy == 0.0, name  # no GPU on this machine: nothing busy
+        assert rows[name].cells["launches/token 128"] == "0"
