@@ -5,6 +5,7 @@ RotatedKeyCache (``new_cache``, primary) and a cache made elsewhere (transformer
 import pytest
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 from lampe_eval.attention import kv_cache
 from lampe_eval.attention.kv_cache import RotatedKeyCache
@@ -484,3 +485,20 @@ def test_a_copied_rotated_key_cache_continues_the_same_generation(model):
         ]
     assert copied.generation is not cache.generation and copied.generation.owner is cache.generation.owner
     assert torch.equal(steps[0], steps[2]) and torch.equal(steps[1], steps[3])
+
+
+@pytest.mark.parametrize("name", CACHED_METHODS)
+def test_a_decode_step_appends_contiguous_keys_to_the_cache(model, name, monkeypatch):
+    """The cache appends with torch.cat, whose CUDA kernel copies the whole cache on a slow path when an
+    input is strided (measured on an H100 at 128K: 0.82 ms a step and layer against 0.19 ms)."""
+    appended = []
+    update = DynamicLayer.update
+
+    def recording(self, keys, values, *args, **kwargs):
+        if self.is_initialized:
+            appended.append(keys.is_contiguous() and values.is_contiguous())
+        return update(self, keys, values, *args, **kwargs)
+
+    monkeypatch.setattr(DynamicLayer, "update", recording)
+    decode(model, make(name), steps=3, rotated_key_cache=True)
+    assert appended and all(appended), name
