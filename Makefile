@@ -78,8 +78,9 @@ bench: setup
 
 # The GPU path in one command: (a) every method's attention vs the portable path and the dense oracle,
 # (b) patched vs unpatched logits, (c) prefill/decode time vs plain FlashAttention at 32K and 128K
-# (8B-shaped layer), (d) peak GPU memory; one table, exit 1 on a correctness failure. Without CUDA it
-# runs (a) and (b) on CPU and says so. `pip install -e ".[gpu]"` adds flash-attn (optional) and accelerate.
+# (8B-shaped layer), (d) peak GPU memory, (e) a whole random 8B-shaped model, (f) the unpatched kernel,
+# (g) the paged attention, (h) every model family, (i) a decode step's GPU time; exit 1 on a correctness
+# failure or a crash. Without CUDA it runs (a), (b) and (h) on CPU and says so. `pip install -e ".[gpu]"` adds flash-attn (optional) and accelerate.
 gpu-check: setup
 	$(BIN)/python benchmarks/gpu_check.py
 
