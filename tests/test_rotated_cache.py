@@ -8,7 +8,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from lampe_eval.attention import kv_cache
-from lampe_eval.attention.kv_cache import RotatedKeyCache
+from lampe_eval.attention.kv_cache import GrowingCache, RotatedKeyCache
 from lampe_eval.backends.hf_patch import (
     _GENERATIONS,
     apply_method,
@@ -227,9 +227,9 @@ def exact(name: str):
 
 
 def test_new_cache_is_a_rotated_key_cache_only_for_a_patched_model(model):
-    assert type(new_cache(model, 10)) is DynamicCache
+    assert type(new_cache(model, 10)) is GrowingCache and new_cache(model, 10).total_length == 10
     with apply_method(model, create_method("rope", WINDOW, None)):  # the baseline patches nothing
-        assert type(new_cache(model)) is DynamicCache
+        assert type(new_cache(model)) is GrowingCache
     with apply_method(model, make("lampe")):
         cache = new_cache(model, 123)
         assert isinstance(cache, RotatedKeyCache) and isinstance(cache, DynamicCache)
@@ -488,9 +488,9 @@ def test_a_copied_rotated_key_cache_continues_the_same_generation(model):
 
 
 @pytest.mark.parametrize("name", CACHED_METHODS)
-def test_a_decode_step_appends_contiguous_keys_to_the_cache(model, name, monkeypatch):
-    """The cache appends with torch.cat, whose CUDA kernel copies the whole cache on a slow path when an
-    input is strided (measured on an H100 at 128K: 0.82 ms a step and layer against 0.19 ms)."""
+def test_a_decode_step_appends_contiguous_keys_to_a_foreign_cache(model, name, monkeypatch):
+    """transformers' own cache appends with torch.cat, whose CUDA kernel copies the whole cache on a slow
+    path when an input is strided (measured on an H100 at 128K: 0.82 ms a step and layer against 0.19)."""
     appended = []
     update = DynamicLayer.update
 
@@ -500,5 +500,5 @@ def test_a_decode_step_appends_contiguous_keys_to_the_cache(model, name, monkeyp
         return update(self, keys, values, *args, **kwargs)
 
     monkeypatch.setattr(DynamicLayer, "update", recording)
-    decode(model, make(name), steps=3, rotated_key_cache=True)
+    decode(model, make(name), steps=3)  # the fallback: a DynamicCache made elsewhere
     assert appended and all(appended), name

@@ -34,7 +34,14 @@ import torch
 
 from ..attention import AttentionPlan, segmented_attention
 from ..attention.engine import attend_rotated
-from ..attention.kv_cache import Generation, RotatedKeyCache, RotatedKeys, SideCopies
+from ..attention.kv_cache import (
+    Generation,
+    GrowingCache,
+    GrowingLayer,
+    RotatedKeyCache,
+    RotatedKeys,
+    SideCopies,
+)
 from ..errors import LampeEvalError, UnsupportedModelError
 from ..families import AttentionFamily, attention_classes, family_of_layer
 from ..methods.base import Method, RopeBase
@@ -55,11 +62,10 @@ def new_cache(model: Any, total_length: int | None = None) -> Any:
     ``model`` is patched, else a plain DynamicCache."""
     if getattr(model, _STATE_ATTR, None) is not None:
         return RotatedKeyCache(total_length=total_length)
-    from transformers import DynamicCache
-
     config = getattr(model, "config", None)
-    # what generate itself would make (a config with sliding-window layers gets sliding layers)
-    return DynamicCache(config=config.get_text_config(decoder=True) if config is not None else None)
+    # what generate itself would make (a config with sliding-window layers gets sliding layers), appending
+    # in place
+    return GrowingCache(config.get_text_config(decoder=True) if config is not None else None, total_length)
 
 
 @dataclass
@@ -129,6 +135,9 @@ def kv_cache_bytes(cache: Any) -> int:
     rotated key copies kept beside them."""
     total = 0
     for layer in getattr(cache, "layers", []):
+        if isinstance(layer, GrowingLayer):
+            total += layer.nbytes
+            continue
         for tensor in (getattr(layer, "keys", None), getattr(layer, "values", None)):
             if isinstance(tensor, torch.Tensor):
                 total += tensor.nbytes
