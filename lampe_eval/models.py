@@ -509,6 +509,17 @@ FAMILY_EXAMPLES: dict[str, dict[str, Any]] = {
         "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
     },
     "phi4_mini": {"model_type": "phi3", "pad_token_id": 0, "partial_rotary_factor": 0.75},
+    # Phi-2's layout: biases, a dense output, half of each head turning, per-head LayerNorms (Phi's option)
+    "phi": {
+        "qk_layernorm": True,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+    },
+    # one fused query_key_value (head after head), a quarter of each head turning, no grouped keys
+    "gpt_neox": {
+        "num_key_value_heads": None,
+        "attention_bias": True,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+    },
 }
 
 

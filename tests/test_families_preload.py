@@ -18,8 +18,8 @@ def saved_config(tmp_path, model_type: str, **fields) -> str:
 
 
 def test_an_unknown_family_is_refused_for_a_method_and_runs_rope(tmp_path):
-    model = saved_config(tmp_path, "gpt_neox")
-    with pytest.raises(UnsupportedModelError, match="'gpt_neox' models .*only --method rope") as refused:
+    model = saved_config(tmp_path, "gptj")  # GPT-J turns interleaved pairs: no family here
+    with pytest.raises(UnsupportedModelError, match="'gptj' models .*only --method rope") as refused:
         HFBackend.check_model(model, ["rope", "lampe"])
     assert "\n" not in str(refused.value)
     HFBackend.check_model(model, ["rope"])
@@ -41,6 +41,8 @@ def test_a_config_the_family_cannot_run_exactly_is_refused(tmp_path):
 def test_a_partial_rotary_config_passes(tmp_path):  # Phi-4-mini: three quarters of each head turn
     HFBackend.check_model(saved_config(tmp_path / "phi", "phi3", partial_rotary_factor=0.75), ["selfextend"])
     HFBackend.check_model(saved_config(tmp_path / "stablelm", "stablelm"), ["lampe"])
+    HFBackend.check_model(saved_config(tmp_path / "phi2", "phi"), ["lampe"])  # Phi-2: 0.4 of each head
+    HFBackend.check_model(saved_config(tmp_path / "neox", "gpt_neox"), ["dca"])  # Pythia: a quarter
 
 
 def test_a_supported_family_passes(tmp_path):
@@ -60,7 +62,7 @@ def test_vllms_transformers_fallback_is_refused_for_a_method(tmp_path):
 
 @pytest.mark.usefixtures("no_model")
 def test_run_refuses_before_loading(tmp_path, capsys):
-    model = saved_config(tmp_path / "neox", "gpt_neox")
+    model = saved_config(tmp_path / "gptj", "gptj")
     args = ["--model", model, "--bench", "pg19", "--len", "1k", "--method", "lampe", "--dry-run"]
     code, _, err = cli(capsys, "run", "--out", str(tmp_path / "R"), *args)
     assert code == 2 and "only --method rope runs on it" in one_line(err), err

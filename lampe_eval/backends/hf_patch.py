@@ -229,8 +229,7 @@ def apply_method(
             layer._old_forward = bound
         else:
             layer.forward = bound
-    base_model = getattr(model, "model", model)
-    hooks = [base_model.register_forward_pre_hook(_reject_padding, with_kwargs=True)]
+    hooks = [getattr(model, "base_model", model).register_forward_pre_hook(_reject_padding, with_kwargs=True)]
     setattr(model, _STATE_ATTR, state)
     return PatchHandle(layers, hooks, state, model)
 
@@ -270,8 +269,10 @@ def _make_forward(state: PatchState, family: AttentionFamily):
         position_embeddings: Any = None,
         attention_mask: Any = None,
         past_key_values: Any = None,
+        layer_past: Any = None,  # GPT-NeoX's name for the cache
         **kwargs: Any,
     ) -> tuple[torch.Tensor, None]:
+        cache = past_key_values if past_key_values is not None else layer_past
         batch, n, _ = hidden_states.shape
         query, key, value = family.project(self, hidden_states)
         if partial:  # a partial rotary head runs as a whole one (attention/partial.py)
@@ -280,9 +281,8 @@ def _make_forward(state: PatchState, family: AttentionFamily):
         if key_heads is not None and key.shape[1] != key_heads:  # keys per query head (Method.key_heads)
             group = key_heads // key.shape[1]
             key, value = key.repeat_interleave(group, dim=1), value.repeat_interleave(group, dim=1)
-        out = attend_patched(state, self.layer_idx, self.scaling, query, key, value, past_key_values)
-        out = out.transpose(1, 2).reshape(batch, n, -1)
-        return self.o_proj(out), None
+        out = attend_patched(state, self.layer_idx, self.scaling, query, key, value, cache)
+        return family.output(self, out.transpose(1, 2).reshape(batch, n, -1)), None
 
     forward.lampe_eval_patch = True  # type: ignore[attr-defined]
     return forward

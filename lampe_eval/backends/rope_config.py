@@ -18,7 +18,7 @@ from ..methods.base import RopeBase
 def rope_base(model: Any, window: int | None = None) -> RopeBase:
     """The model's own RoPE (frequencies as the model ships them, e.g. Llama-3.1's llama3 scaling; the
     global layers' for a family with local layers)."""
-    rotary = getattr(getattr(model, "model", model), "rotary_emb", None)
+    rotary = getattr(getattr(model, "base_model", model), "rotary_emb", None)  # GPT-NeoX's: gpt_neox
     if rotary is None:  # one without frequencies is refused by _rope_base_of
         raise UnsupportedModelError(
             f"{type(model).__name__}: no rotary embedding found (is it a RoPE model?)"

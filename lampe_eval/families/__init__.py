@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import gemma, llama, olmo2, phi3, qwen3, stablelm
+from . import gemma, gpt_neox, llama, olmo2, phi, phi3, qwen3, stablelm
 from .base import AttentionFamily
 
 FAMILIES: tuple[AttentionFamily, ...] = (
@@ -14,6 +14,8 @@ FAMILIES: tuple[AttentionFamily, ...] = (
     olmo2.FAMILY,
     phi3.FAMILY,
     stablelm.FAMILY,
+    phi.FAMILY,
+    gpt_neox.FAMILY,
     gemma.GEMMA3,
     gemma.GEMMA2,
 )

@@ -11,6 +11,18 @@ import torch
 
 # (layer, hidden states [B, n, hidden]) -> un-rotated query [B, Hq, n, D], key and value [B, Hkv, n, D]
 Projection = Callable[[Any, torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+# (layer, attention output [B, n, Hq * D]) -> the layer's output [B, n, hidden]
+Output = Callable[[Any, torch.Tensor], torch.Tensor]
+
+
+def o_proj(layer: Any, out: torch.Tensor) -> torch.Tensor:
+    """Llama's output projection."""
+    return layer.o_proj(out)
+
+
+def dense(layer: Any, out: torch.Tensor) -> torch.Tensor:
+    """GPT-NeoX's and Phi's output projection."""
+    return layer.dense(out)
 
 
 def no_refusal(config: Any) -> str | None:
@@ -32,7 +44,8 @@ class AttentionFamily:
     sliding-window layers never see a distance beyond their window: they keep their own attention);
     ``rotary``: the names of the model's rotary embedding attributes holding the global layers' inverse
     frequencies and attention factor; ``rope_parameters``: the key of the global layers' RoPE parameters
-    in a config that keeps one set per layer type (None: one set for the model)."""
+    in a config that keeps one set per layer type (None: one set for the model); ``output``: the layer's
+    output projection of the attention."""
 
     name: str
     classes: tuple[str, ...]
@@ -42,6 +55,7 @@ class AttentionFamily:
     global_layers: Callable[[Any], list[int]] = every_layer
     rotary: tuple[str, str] = ("original_inv_freq", "attention_scaling")
     rope_parameters: str | None = None
+    output: Output = o_proj
 
     def global_config(self, config: Any) -> Any:
         """``config`` as the global layers see it: their RoPE parameters as the model's (what the frequency
@@ -75,6 +89,16 @@ def per_head_norms(layer: Any, hidden: torch.Tensor) -> tuple[torch.Tensor, torc
     dim = layer.head_dim
     query = layer.q_norm(heads_first(layer.q_proj(hidden), dim))
     key = layer.k_norm(heads_first(layer.k_proj(hidden), dim))
+    return query, key, heads_first(layer.v_proj(hidden), dim)
+
+
+def layer_norm_heads(layer: Any, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Llama's projections (biases as the layer has them), then, with ``qk_layernorm``, a LayerNorm per
+    head over each query and key head (``q_layernorm``, ``k_layernorm``): StableLM and Phi(-2)."""
+    dim = layer.head_dim
+    query, key = heads_first(layer.q_proj(hidden), dim), heads_first(layer.k_proj(hidden), dim)
+    if layer.qk_layernorm:
+        query, key = layer.q_layernorm(query), layer.k_layernorm(key)
     return query, key, heads_first(layer.v_proj(hidden), dim)
 
 

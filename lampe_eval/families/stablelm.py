@@ -6,21 +6,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-import torch
-
-from .base import AttentionFamily, heads_first
-
-
-def project(layer: Any, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    dim = layer.head_dim
-    query, key = heads_first(layer.q_proj(hidden), dim), heads_first(layer.k_proj(hidden), dim)
-    if layer.qk_layernorm:
-        query, key = layer.q_layernorm(query), layer.k_layernorm(key)
-    return query, key, heads_first(layer.v_proj(hidden), dim)
-
+from .base import AttentionFamily, layer_norm_heads
 
 FAMILY = AttentionFamily(
-    name="stablelm", classes=("StableLmAttention",), model_types=("stablelm",), project=project
+    name="stablelm", classes=("StableLmAttention",), model_types=("stablelm",), project=layer_norm_heads
 )

@@ -72,7 +72,10 @@ def hf_frequencies(
 ):
     """Run transformers' rope init function on a config copy carrying ``rope_parameters``."""
     config = copy.deepcopy(base.config)
-    config.rope_parameters = {"rope_theta": _theta(base), **rope_parameters}
+    own = base.config.rope_parameters or {}
+    # a partial rotary head keeps its rotary dimension (GPT-NeoX's configs hold it here alone)
+    partial = {key: own[key] for key in ("partial_rotary_factor",) if key in own}
+    config.rope_parameters = {"rope_theta": _theta(base), **partial, **rope_parameters}
     config.max_position_embeddings = max_positions
     fn = ROPE_INIT_FUNCTIONS[rope_parameters["rope_type"]]
     inv_freq, factor = (
