@@ -377,7 +377,9 @@ def load_model(
     else:
         model, tokenizer = _load_hf(source, torch_dtype, device, device_map)
     if attn_implementation:
-        model.config._attn_implementation = attn_implementation
+        # transformers' SDPA path drops Gemma 2's logit soft-capping without a word: its eager path keeps it
+        soft_capped = getattr(model.config, "attn_logit_softcapping", None)
+        model.config._attn_implementation = "eager" if soft_capped else attn_implementation
     model.eval()
     window = pretraining_window or (preset.pretraining_window if preset else window_from_config(model.config))
     return LoadedModel(
@@ -480,7 +482,8 @@ def tiny_llama(
         **extra,
     )
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    model.config._attn_implementation = "sdpa"
+    # SDPA drops soft-capped logits (Gemma 2): eager keeps them, as load_model does
+    model.config._attn_implementation = "eager" if getattr(config, "attn_logit_softcapping", None) else "sdpa"
     return model.eval()
 
 
@@ -513,6 +516,17 @@ FAMILY_EXAMPLES: dict[str, dict[str, Any]] = {
     "phi": {
         "qk_layernorm": True,
         "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+    },
+    # local and global layers alternating, soft-capped logits (small enough to bend random logits), a scale
+    # that is not 1/sqrt(D)
+    "gemma2": {
+        "layers": 3,
+        "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+        "sliding_window": 16,
+        "query_pre_attn_scalar": 24,
+        "attn_logit_softcapping": 5.0,
+        "final_logit_softcapping": None,
+        "initializer_range": 0.1,  # logits large enough for positions and the cap to matter
     },
     # one fused query_key_value (head after head), a quarter of each head turning, no grouped keys
     "gpt_neox": {

@@ -115,9 +115,9 @@ def test_memory_stays_linear(monkeypatch):
     masks: list[int] = []
     original = kernels.attend_math
 
-    def spy(q, k, v, scale, kind, mask):
+    def spy(q, k, v, scale, kind, mask, softcap=None):
         masks.append(0 if mask is None else mask.numel())
-        return original(q, k, v, scale, kind, mask)
+        return original(q, k, v, scale, kind, mask, softcap)
 
     monkeypatch.setattr(kernels, "attend_math", spy)
     cpu_masks: list[object] = []

@@ -51,19 +51,25 @@ def oracle_logits(net, method, ids, monkeypatch):
     family = family_of_config(net.config)
     changed = set(method.patched_layers(net.config.num_hidden_layers)) & set(family.global_layers(net.config))
     own_rope, own_attention = module.apply_rotary_pos_emb, AttentionInterface._global_mapping["sdpa"]
+    if net.config._attn_implementation == "eager":  # Gemma 2: SDPA would drop its soft-capping
+        own_attention = module.eager_attention_forward
     inside: list[int] = []  # the changed layer under way
 
     def rope(q, k, cos, sin, *args, **kwargs):
         return (q, k) if inside else own_rope(q, k, cos, sin, *args, **kwargs)
 
-    def attention(layer, query, key, value, attention_mask, scaling=None, **kwargs):
+    def attention(layer, query, key, value, attention_mask, scaling=None, softcap=None, **kwargs):
         if not inside:
-            return own_attention(layer, query, key, value, attention_mask, scaling=scaling, **kwargs)
-        out = oracle_attention(query, key, value, plan, 0, scaling)
+            return own_attention(
+                layer, query, key, value, attention_mask, scaling=scaling, softcap=softcap, **kwargs
+            )
+        out = oracle_attention(query, key, value, plan, 0, scaling, softcap=softcap)
         return out.transpose(1, 2).to(query.dtype), None
 
     monkeypatch.setattr(module, "apply_rotary_pos_emb", rope)
     monkeypatch.setitem(AttentionInterface._global_mapping, "sdpa", attention)
+    if hasattr(module, "eager_attention_forward"):
+        monkeypatch.setattr(module, "eager_attention_forward", attention)
 
     def enter(*_) -> None:
         inside.append(1)
@@ -122,7 +128,8 @@ def test_cached_decoding_equals_a_forward_without_a_cache(model_type, name, ids)
         full = logits(net, cached)[:, -1]
         past = net(cached[:, :-1], use_cache=True).past_key_values
         step = net(cached[:, -1:], past_key_values=past, use_cache=True).logits[:, -1]
-        assert (full - step).abs().max() < 3e-4, (model_type, name)  # fp32 sums in another order
+        # fp32 sums in another order: the tolerance follows the logits' size
+        assert (full - step).abs().max() < 3e-4 * max(1.0, full.abs().max().item()), (model_type, name)
 
 
 @pytest.mark.parametrize(

@@ -68,9 +68,14 @@ def test_run_refuses_before_loading(tmp_path, capsys):
     assert code == 2 and "only --method rope runs on it" in one_line(err), err
 
 
-def test_gemma2s_soft_capping_is_refused(tmp_path):
-    with pytest.raises(UnsupportedModelError, match="soft-capping"):
-        HFBackend.check_model(saved_config(tmp_path, "gemma2"), ["lampe"])
+def test_gemma2_runs_on_the_hf_backend_and_is_refused_on_vllm(tmp_path):
+    model = saved_config(tmp_path, "gemma2")
+    HFBackend.check_model(model, ["lampe"])  # soft-capped logits on the portable path; local layers alone
+    pytest.importorskip("vllm")
+    from lampe_eval.backends.vllm import VLLMBackend
+
+    with pytest.raises(UnsupportedModelError, match="local .sliding-window. layers.*--backend hf"):
+        VLLMBackend.check_model(model, ["lampe"])
 
 
 def test_gemma3s_local_layers_are_refused_on_vllm_only(tmp_path):

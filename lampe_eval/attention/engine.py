@@ -305,16 +305,17 @@ def segmented_attention(
     q_start: int,
     scale: float,
     block: int = DEFAULT_BLOCK,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """Attention of un-rotated ``query`` [B, Hq, n, D] (absolute indices ``q_start + r``) over
-    un-rotated ``key``/``value`` [B, Hkv, kv, D] (indices 0..kv-1), following ``plan``.
-    Returns [B, Hq, n, D] in the query dtype."""
+    un-rotated ``key``/``value`` [B, Hkv, kv, D] (indices 0..kv-1), following ``plan``; ``softcap``: logits
+    soft-capped as ``softcap * tanh(logit / softcap)`` (Gemma 2). Returns [B, Hq, n, D] in the query dtype."""
     n = query.shape[2]
     if n == 1:
         parts = plan.decode_step(q_start, query.dtype, query.device).parts
         needed = [[(lo, hi) for c, lo, hi in parts if c == copy] for copy in range(len(plan.key_groups()[1]))]
     else:
-        flash = _takes_flash_tiles(kernels.backend_for(query, FORCE_PORTABLE))
+        flash = _takes_flash_tiles(_backend(query, softcap))
         needed = [list(r) for r in plan.prefill(q_start, n, flash).keys]
     copies: list[KeyCopy] = []
     for copy, wanted in enumerate(needed):
@@ -331,7 +332,13 @@ def segmented_attention(
                 table = plan.key_table(copy, a, b, key.dtype, key.device)
                 rotated[:, :, a - lo : b - lo] = apply_table(key[:, :, a:b], *table)
         copies.append((rotated, lo))
-    return attend_rotated(query, copies, value, plan, q_start, scale, block)
+    return attend_rotated(query, copies, value, plan, q_start, scale, block, softcap)
+
+
+def _backend(query: torch.Tensor, softcap: float | None) -> str:
+    """The kernel backend for ``query``'s pieces: soft-capped logits only on the portable path (no fused
+    kernel here computes them)."""
+    return "portable" if softcap else kernels.backend_for(query, FORCE_PORTABLE)
 
 
 def _takes_flash_tiles(backend: str) -> bool:
@@ -359,14 +366,15 @@ def attend_rotated(
     q_start: int,
     scale: float,
     block: int = DEFAULT_BLOCK,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """Attention of un-rotated ``query`` [B, Hq, n, D] over keys already rotated, one copy per key map
     (``plan.key_groups()``; rotated without ``rope_scaling``), and ``value`` [B, Hkv, kv, D].
     Each copy must hold the keys its segments see in this call. Returns [B, Hq, n, D] in the query dtype."""
     n = query.shape[2]
     if n == 1:
-        return _decode(query, keys, value, plan, q_start, scale)
-    backend = kernels.backend_for(query, FORCE_PORTABLE)
+        return _decode(query, keys, value, plan, q_start, scale, softcap)
+    backend = _backend(query, softcap)
     compiled = plan.prefill(q_start, n, _takes_flash_tiles(backend))
     copy_of = plan.key_groups()[0]
     acc: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -380,7 +388,7 @@ def attend_rotated(
         copy, first = keys[copy_of[tile.segment]]
         k = copy[:, :, tile.k0 - first : tile.key_end - first]
         v = value[:, :, tile.k0 : tile.key_end]
-        out, lse = run_tile(tile, q, k, v, scale, backend, block)
+        out, lse = run_tile(tile, q, k, v, scale, backend, block, softcap)
         if acc is None and tile.r0 == 0 and tile.row_end == n:
             acc = (out, lse)  # the first tile covering every row starts the sums (no merge)
             continue
@@ -396,7 +404,14 @@ def attend_rotated(
 
 
 def run_tile(
-    tile: Tile, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, backend: str, block: int
+    tile: Tile,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scale: float,
+    backend: str,
+    block: int,
+    softcap: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One tile: ``q`` its rows, ``k``/``v`` its keys (from the first block's first key). Returns fp32
     (out [B, H, rows, D], lse [B, H, rows])."""
@@ -405,7 +420,7 @@ def run_tile(
         q = _stack_rows(q, tile.blocks, tile.rows)
         k, v = (_stack_keys(x, tile.blocks, tile.keys, tile.step) for x in (k, v))
     if backend == "portable":
-        out, lse = _masked_blocks(tile, q, k, v, scale, block)
+        out, lse = _masked_blocks(tile, q, k, v, scale, block, softcap)
     elif tile.kind == "mask":
         out, lse = kernels.attend(
             q, k, v, scale, "mask", _tile_mask(tile, 0, tile.rows, 0, tile.keys, q.device), backend
@@ -445,7 +460,13 @@ def _tile_mask(tile: Tile, a: int, b: int, lo: int, hi: int, device: Any = None)
 
 
 def _masked_blocks(
-    tile: Tile, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, block: int
+    tile: Tile,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scale: float,
+    block: int,
+    softcap: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The portable path: a tile as blocks of at most ``block`` rows and ``PORTABLE_MAX_KEYS`` keys, each
     masked by the tile's geometry (built on the device: no host sync), merged exactly."""
@@ -458,7 +479,9 @@ def _masked_blocks(
         for lo in range(first, stop, PORTABLE_MAX_KEYS):
             hi = min(lo + PORTABLE_MAX_KEYS, stop)
             mask = _tile_mask(tile, a, b, lo, hi, q.device)
-            o, l_ = kernels.attend_math(q[:, :, a:b], k[:, :, lo:hi], v[:, :, lo:hi], scale, "mask", mask)
+            o, l_ = kernels.attend_math(
+                q[:, :, a:b], k[:, :, lo:hi], v[:, :, lo:hi], scale, "mask", mask, softcap
+            )
             merge_into(out[:, :, a:b], lse[:, :, a:b], o, l_)
     return out, lse
 
@@ -470,6 +493,7 @@ def _decode(
     plan: AttentionPlan,
     q_start: int,
     scale: float,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """One query: one matmul rotates it for every segment, one kernel call per segment, one merge."""
     step = plan.decode_step(q_start, query.dtype, query.device)
@@ -479,7 +503,11 @@ def _decode(
     for index, (copy, lo, hi) in enumerate(step.parts):
         k, first = keys[copy]
         q = rotated[..., index * dim : (index + 1) * dim]
-        out, lse = _attend(q, k[:, :, lo - first : hi - first], value[:, :, lo:hi], scale, "full", None)
+        k_part, v_part = k[:, :, lo - first : hi - first], value[:, :, lo:hi]
+        if softcap:
+            out, lse = kernels.attend_math(q, k_part, v_part, scale, "full", None, softcap)
+        else:
+            out, lse = _attend(q, k_part, v_part, scale, "full", None)
         outs.append(out)
         lses.append(lse)
     if len(outs) == 1:

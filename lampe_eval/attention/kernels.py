@@ -256,14 +256,23 @@ def _cpu_piece(
 
 
 def attend_math(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, kind: str, mask: torch.Tensor | None
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scale: float,
+    kind: str,
+    mask: torch.Tensor | None,
+    softcap: float | None = None,
 ) -> Piece:
-    """Portable exact path. GQA: queries are grouped per KV head, keys are broadcast, not copied."""
+    """Portable exact path. GQA: queries are grouped per KV head, keys are broadcast, not copied.
+    ``softcap``: logits soft-capped as ``softcap * tanh(logit / softcap)`` before the mask (Gemma 2)."""
     batch, hq, n, dim = q.shape
     hkv = k.shape[1]
     group = hq // hkv
     qg = q.reshape(batch, hkv, group, n, dim).float()
     scores = torch.matmul(qg, k.float()[:, :, None].transpose(-1, -2)) * scale  # [B, Hkv, G, n, kv]
+    if softcap:
+        scores = torch.tanh(scores / softcap) * softcap
     if kind == "causal":
         mask = torch.ones(n, k.shape[2], dtype=torch.bool, device=q.device).tril()
     if mask is not None:

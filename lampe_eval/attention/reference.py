@@ -87,9 +87,11 @@ def oracle_attention(
     q_start: int,
     scale: float,
     counts: torch.Tensor | None = None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """Reference output [B, Hq, n, D] (fp32) for un-rotated inputs, GQA by repeating keys. ``counts``
-    ([n, kv]): the declared number of softmax terms per pair (see the module docstring)."""
+    ([n, kv]): the declared number of softmax terms per pair (see the module docstring); ``softcap``:
+    each logit soft-capped as ``softcap * tanh(logit / softcap)`` (Gemma 2)."""
     batch, hq, n, dim = query.shape
     rotary = 2 * plan.inv_freq.numel()  # < dim: GPT-NeoX-style partial rotary (transformers' arithmetic)
     kv = key.shape[2]
@@ -122,6 +124,8 @@ def oracle_attention(
                 passed = q_rows[..., rotary:].expand(*q_rot.shape[:-1], dim - rotary)
                 q_rot = torch.cat([q_rot, passed], dim=-1)
             scores = (q_rot * k[:, :, None]).sum(-1) * scale * plan.rope_scaling**2
+            if softcap:
+                scores = torch.tanh(scores / softcap) * softcap
             terms.append(scores.masked_fill(~mask[rows], float("-inf")))
         # one softmax over the terms of every segment: a pair covered twice contributes two terms
         probs = torch.softmax(torch.cat(terms, dim=-1), dim=-1)

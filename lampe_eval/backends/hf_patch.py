@@ -23,6 +23,7 @@ a family's config that a method cannot run exactly.
 
 from __future__ import annotations
 
+import logging
 import types
 import weakref
 from collections.abc import Iterator
@@ -48,6 +49,8 @@ from ..methods.base import Method, RopeBase
 from ..models import head_counts
 from .plans import PlanCache
 from .rope_config import rope_base
+
+log = logging.getLogger(__name__)
 
 _STATE_ATTR = "_lampe_eval_patch_state"  # the PatchState of a patched model (see new_cache)
 
@@ -76,6 +79,7 @@ class PatchState(PlanCache):
     context_length: int | None = None  # l of the latest sequence prefilled (the prompt length)
     # FALLBACK budget (prompt + new tokens) for caches that carry none, set by generation_budget
     total_length: int | None = None
+    softcap: float | None = None  # Gemma 2's attention logit soft-capping (attn_logit_softcapping)
 
     def plan_for(self, q_start: int, kv_len: int) -> AttentionPlan:
         """The plan of a forward pass with no cache state: a pass from position 0 is a new sequence of
@@ -215,6 +219,13 @@ def apply_method(
     family = attention_family(model)
     layers = attention_layers(model)
     state = PatchState(method=method, base=base or rope_base(model, window))
+    state.softcap = getattr(model.config, "attn_logit_softcapping", None)
+    if state.softcap:
+        log.warning(
+            "%s: soft-capped attention logits run on the portable attention path (exact; no fused kernel "
+            "here computes them, so slower than the model's other layers)",
+            model.config.model_type,
+        )
     changed = set(family.global_layers(model.config))  # local (sliding-window) layers keep their attention
     layers = [layers[i] for i in method.patched_layers(len(layers)) if i in changed]
     forward = _make_forward(state, family)
@@ -304,17 +315,17 @@ def attend_patched(
     n = query.shape[2]
     if cache is None:
         plan = state.plan_for(0, n)
-        return segmented_attention(query, key, value, plan, 0, scale)
+        return segmented_attention(query, key, value, plan, 0, scale, softcap=state.softcap)
     q_start = cache.get_seq_length(layer_idx)
     generation = state.generation(cache, layer_idx, q_start, q_start + n)
     plan = state.plan(generation.context_length, q_start + n, generation.total_length)
     if generation.keys_are_rotated:
         return _attend_with_rotated_cache(
-            layer_idx, scale, generation, plan, query, key, value, cache, q_start
+            layer_idx, scale, generation, plan, query, key, value, cache, q_start, state.softcap
         )
     # positions move every step: cache un-rotated keys, re-rotate them all
     key, value = _update(cache, key, value, layer_idx, q_start + n)
-    return segmented_attention(query, key, value, plan, q_start, scale)
+    return segmented_attention(query, key, value, plan, q_start, scale, softcap=state.softcap)
 
 
 def _update(cache: Any, key: torch.Tensor, value: torch.Tensor, layer_idx: int, kv_len: int):
@@ -337,6 +348,7 @@ def _attend_with_rotated_cache(
     value: torch.Tensor,
     cache: Any,
     q_start: int,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """Rotate the new keys once per key copy (a decode step: one matmul for all copies), store them (the
     primary copy in the cache, the others beside it), attend, then drop what no later query can see."""
@@ -355,6 +367,6 @@ def _attend_with_rotated_cache(
         side = _GENERATIONS[cache][1].layer(idx, q_start, before)
         primary, value = _update(cache, rotated[generation.primary], value, idx, kv_len)
     copies = side.extend(plan, generation.primary, rotated, primary, q_start)
-    out = attend_rotated(query, copies, value, plan, q_start, scale)
+    out = attend_rotated(query, copies, value, plan, q_start, scale, softcap=softcap)
     side.trim(plan, kv_len)
     return out

@@ -4,8 +4,9 @@ sliding-window layers (``layer_types``: five local to one global in the released
 RoPE base (transformers' ``Gemma3Attention.forward``, ``Gemma3RotaryEmbedding``). A method changes the
 global layers only, with the global layers' RoPE (``full_attention_*`` on the rotary embedding, the
 checkpoints' own linear scaling included); a local layer never sees a distance beyond its window and
-keeps its own attention. Gemma 2 is refused: its attention logits are soft-capped (``tanh``), which the
-engine's kernels do not compute."""
+keeps its own attention. Gemma 2: no query/key norms, one RoPE for every layer, local and global layers
+alternating, and attention logits soft-capped (``attn_logit_softcapping * tanh(logit / cap)``), which the
+engine computes on its portable path (``attention/kernels.py``: ``attend_math``)."""
 
 from __future__ import annotations
 
@@ -21,18 +22,11 @@ def global_layers(config: Any) -> list[int]:
 
 
 def refusal(config: Any) -> str | None:
-    if getattr(config, "attn_logit_softcapping", None):
-        return f"{config.model_type}: attention logit soft-capping is not supported"
     if getattr(config, "use_bidirectional_attention", False):
         return f"{config.model_type}: bidirectional attention is not supported"
     if not global_layers(config):
         return f"{config.model_type}: no global attention layer for a method to change"
     return None
-
-
-def gemma2_refusal(config: Any) -> str | None:
-    cap = config.attn_logit_softcapping
-    return f"{config.model_type}: attention logit soft-capping ({cap}) is not supported (only --method rope)"
 
 
 GEMMA3 = AttentionFamily(
@@ -49,6 +43,7 @@ GEMMA2 = AttentionFamily(
     name="gemma2",
     classes=("Gemma2Attention",),
     model_types=("gemma2",),
-    project=separate_projections,  # Gemma 2 has no query/key norms (refused anyway: soft-capping)
-    refusal=gemma2_refusal,
+    project=separate_projections,
+    refusal=refusal,
+    global_layers=global_layers,
 )
