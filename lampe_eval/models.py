@@ -528,6 +528,14 @@ FAMILY_EXAMPLES: dict[str, dict[str, Any]] = {
         "final_logit_softcapping": None,
         "initializer_range": 0.1,  # logits large enough for positions and the cap to matter
     },
+    # Qwen2 with use_sliding_window: layer 0 full, the layers from max_window_layers on slide (left alone)
+    "qwen2_sliding": {
+        "model_type": "qwen2",
+        "layers": 3,
+        "use_sliding_window": True,
+        "sliding_window": 16,
+        "max_window_layers": 1,
+    },
     # one fused query_key_value (head after head), a quarter of each head turning, no grouped keys
     "gpt_neox": {
         "num_key_value_heads": None,

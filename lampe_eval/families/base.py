@@ -102,15 +102,25 @@ def layer_norm_heads(layer: Any, hidden: torch.Tensor) -> tuple[torch.Tensor, to
     return query, key, heads_first(layer.v_proj(hidden), dim)
 
 
-def sliding_window_refusal(config: Any) -> str | None:
-    """Layers that attend through a sliding window (Mistral v0.1, Qwen2 or Qwen3 with
-    ``use_sliding_window``): a method would have to leave them alone, which is not built yet."""
-    window = getattr(config, "sliding_window", None)
-    if not window:
-        return None
-    if config.model_type in ("qwen2", "qwen3") and not getattr(config, "use_sliding_window", False):
-        return None
+def full_attention_layers(config: Any) -> list[int]:
+    """The layers that see every key, which a method may change: those ``layer_types`` marks
+    ``full_attention`` (Qwen2 and Qwen3 with ``use_sliding_window``: the layers below
+    ``max_window_layers``); none when a config without layer types sets a ``sliding_window`` (Mistral v0.1:
+    every layer slides); else every layer."""
     layer_types = getattr(config, "layer_types", None)
-    if layer_types is not None and "sliding_attention" not in layer_types:
+    if layer_types is not None:
+        return [i for i, kind in enumerate(layer_types) if kind == "full_attention"]
+    return [] if getattr(config, "sliding_window", None) else every_layer(config)
+
+
+def sliding_window_refusal(config: Any) -> str | None:
+    """A model whose every layer attends through a sliding window (Mistral v0.1, Qwen with
+    ``use_sliding_window`` from layer 0): no layer a method could change; sliding layers beside full ones
+    keep their own attention (:func:`full_attention_layers`)."""
+    if full_attention_layers(config):
         return None
-    return f"{config.model_type} with sliding-window attention ({window}) is not supported"
+    window = getattr(config, "sliding_window", None)
+    return (
+        f"{config.model_type}: every layer is a sliding-window layer (window {window}), so no layer is left "
+        "for a method to change (only --method rope runs on it)"
+    )

@@ -1,8 +1,9 @@
-"""Llama, Mistral and Qwen2: separate q/k/v projections, full rotary dimension, no norm before RoPE."""
+"""Llama, Mistral and Qwen2: separate q/k/v projections, full rotary dimension, no norm before RoPE; Qwen2's
+sliding-window layers (``use_sliding_window``) keep their own attention."""
 
 from __future__ import annotations
 
-from .base import AttentionFamily, separate_projections, sliding_window_refusal
+from .base import AttentionFamily, full_attention_layers, separate_projections, sliding_window_refusal
 
 FAMILY = AttentionFamily(
     name="llama",
@@ -10,4 +11,5 @@ FAMILY = AttentionFamily(
     model_types=("llama", "mistral", "qwen2"),
     project=separate_projections,
     refusal=sliding_window_refusal,
+    global_layers=full_attention_layers,  # sliding-window layers keep their own attention
 )

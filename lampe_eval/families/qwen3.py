@@ -4,7 +4,7 @@ caches is the normalised one."""
 
 from __future__ import annotations
 
-from .base import AttentionFamily, per_head_norms, sliding_window_refusal
+from .base import AttentionFamily, full_attention_layers, per_head_norms, sliding_window_refusal
 
 FAMILY = AttentionFamily(
     name="qwen3",
@@ -12,4 +12,5 @@ FAMILY = AttentionFamily(
     model_types=("qwen3",),
     project=per_head_norms,
     refusal=sliding_window_refusal,
+    global_layers=full_attention_layers,  # sliding-window layers keep their own attention
 )
