@@ -92,8 +92,8 @@ def test_gemma3s_local_layers_are_refused_on_vllm_only(tmp_path):
 def test_sliding_window_layers_beside_full_ones_run_on_the_hf_backend(tmp_path):
     """Qwen2 with use_sliding_window: its full layers get the method, its sliding ones keep their own
     attention (HF); vLLM's worker would change every layer; a model whose every layer slides is refused."""
-    fields = {"use_sliding_window": True, "sliding_window": 16, "max_window_layers": 1, "num_hidden_layers": 3}
-    model = saved_config(tmp_path / "qwen2", "qwen2", **fields)
+    fields = {"use_sliding_window": True, "sliding_window": 16, "max_window_layers": 1}
+    model = saved_config(tmp_path / "qwen2", "qwen2", num_hidden_layers=3, **fields)
     HFBackend.check_model(model, ["lampe"])
     every = saved_config(tmp_path / "mistral", "mistral", sliding_window=4096)
     with pytest.raises(UnsupportedModelError, match="every layer is a sliding-window layer") as refused:
