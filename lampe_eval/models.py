@@ -53,6 +53,15 @@ PRESETS: dict[str, ModelPreset] = {
         ModelPreset(
             "stablelm2-1.6b-chat", "stabilityai/stablelm-2-1_6b-chat", 4096, True, "partial rotary (1/4)"
         ),
+        ModelPreset("phi2", "microsoft/phi-2", 2048, False, "partial rotary (0.4), no chat template"),
+        ModelPreset("pythia-1.4b", "EleutherAI/pythia-1.4b", 2048, False, "GPT-NeoX, partial rotary (1/4)"),
+        ModelPreset(
+            "gemma2-9b-it",
+            "google/gemma-2-9b-it",
+            8192,
+            True,
+            "1 local : 1 global layers, soft-capped logits",
+        ),
         ModelPreset("gemma3-1b-it", "google/gemma-3-1b-it", 32768, True, "5 local : 1 global layers"),
         ModelPreset("gemma3-270m-it", "google/gemma-3-270m-it", 32768, True, "5 local : 1 global layers"),
     ]
