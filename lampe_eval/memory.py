@@ -17,6 +17,10 @@ The arithmetic, per sequence of ``n`` tokens in ``b`` bytes per element (docs/me
   model's, and a patched layer's plan's: one pair per key copy and per query segment).
 * **Loss pass** (PG-19): the decoder's last hidden states and one chunk of logits in fp32 with its
   log-softmax.
+* **Eager attention** (a soft-capped model, Gemma 2, which transformers' SDPA path would run without its
+  cap: loaded with ``eager``): every layer that keeps its own attention materialises its ``n x n`` scores,
+  two arrays of them per query head at once (the scores, then their fp32 softmax; 8 bytes an element at
+  most), beside the causal and the sliding-window masks (``n x n`` each).
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ class ModelShape:
     hidden: int = 0  # 0: heads x head_dim
     intermediate: int = 0  # the MLP's width (0: 4 x hidden)
     vocab: int = 0
+    soft_capped: bool = False  # logits soft-capped (Gemma 2): the Hugging Face backend loads it with eager
 
     @classmethod
     def from_config(cls, name: str, config: Any, parameters: float | None = None) -> ModelShape:
@@ -62,6 +67,7 @@ class ModelShape:
             hidden=hidden,
             intermediate=intermediate,
             vocab=int(getattr(config, "vocab_size", 0) or 0),
+            soft_capped=bool(getattr(config, "attn_logit_softcapping", None)),
         )
 
     @property
@@ -176,11 +182,14 @@ def estimate(
     prefill_tokens: int | None = None,
     logits_rows: int = LOSS_CHUNK,
     loss_keeps_cache: bool = False,
+    eager_attention: bool = False,
 ) -> MemoryEstimate:
     """The peak of ``batch`` sequences of ``length`` tokens (prompt and generation). ``keys``: the method's
     key rows (None: plain RoPE, one copy); ``prefill_tokens``: tokens a forward pass takes at once (an
     engine's chunked prefill; None: the whole sequence); ``logits_rows``: the positions whose fp32 logits a
-    loss pass holds at once; ``loss_keeps_cache``: a loss pass that runs through the KV cache."""
+    loss pass holds at once; ``loss_keeps_cache``: a loss pass that runs through the KV cache;
+    ``eager_attention``: the model's own layers materialise their scores (a soft-capped model on the
+    Hugging Face backend)."""
     keys = keys or KeyRows(length)
     kv = batch * shape.layers * shape.key_width * (length + keys.rows) * dtype_bytes
     tokens = batch * min(length, prefill_tokens or length)
@@ -188,7 +197,11 @@ def estimate(
     attention = 4 * shape.hidden_width + 3 * shape.query_width + (2 + keys.copies) * shape.key_width
     accumulators = 2 * shape.query_width * 4 if keys.copies > 1 else 0  # fp32 output + merge (engine.py)
     tables = 2 * shape.head_dim * (1 + keys.tables)  # the model's cos/sin and the plan's, alive all along
-    prefill = tokens * (max(mlp * dtype_bytes, attention * dtype_bytes + accumulators) + tables * dtype_bytes)
+    per_token = attention * dtype_bytes + accumulators
+    if eager_attention:  # scores and their softmax per query head, and the two masks, for n keys a token
+        keys_seen, heads = min(length, prefill_tokens or length), shape.heads or shape.key_heads
+        per_token += keys_seen * (heads * 2 * max(dtype_bytes, 4) + 2 * dtype_bytes)
+    prefill = tokens * (max(mlp * dtype_bytes, per_token) + tables * dtype_bytes)
     logits = min(length, logits_rows) * shape.vocab * (2 * 4 + (dtype_bytes if dtype_bytes != 4 else 0))
     loss = batch * length * shape.hidden_width * dtype_bytes + logits
     return MemoryEstimate(

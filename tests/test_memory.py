@@ -15,7 +15,7 @@ from lampe_eval.backends.rope_config import rope_base
 from lampe_eval.cli import app
 from lampe_eval.memory import GIB, KeyRows, ModelShape, count_parameters, estimate, hf_key_rows
 from lampe_eval.methods.resolve import resolve_method
-from lampe_eval.models import tiny_llama
+from lampe_eval.models import tiny_family, tiny_llama
 
 WINDOW = 512
 LENGTH = 2048  # 4 windows: every segment of every method is active
@@ -59,6 +59,26 @@ def test_estimate_is_within_15_percent_of_the_allocator_peak(model, name):
     with apply_method(model, method, window=WINDOW):
         _, generation = peak_memory(generate, model, ids[:, : LENGTH - 4], LENGTH, 4)
         _, loss = peak_memory(chunked_nll_rows, model, ids, chunk=1024)
+    assert guess.generation - guess.weights == pytest.approx(generation, rel=0.15)
+    assert guess.scoring - guess.weights == pytest.approx(loss, rel=0.15)
+
+
+@pytest.mark.parametrize("name", ["rope", "lampe"])
+def test_a_soft_capped_model_counts_its_eager_scores(name):
+    """Gemma 2 loads with eager attention (SDPA would drop its cap): the local layers, and the unpatched
+    model's every layer, hold n x n scores; the estimate counts them (without them: 27 MiB for 178)."""
+    shape_args = {"heads": 4, "kv_heads": 2, "head_dim": 64, "window": WINDOW, "vocab": 512}
+    model = tiny_family("gemma2", vary_norms=False, **shape_args)
+    assert model.config._attn_implementation == "eager"
+    method = resolve_method(name, WINDOW, LENGTH).method
+    shape = ModelShape.from_config("tiny", model.config)
+    keys = hf_key_rows(method, rope_base(model, WINDOW), LENGTH)
+    guess = estimate(shape, LENGTH, dtype_bytes=4, keys=keys, eager_attention=shape.soft_capped)
+    ids = torch.randint(0, 512, (1, LENGTH), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad(), apply_method(model, method, window=WINDOW):
+        _, generation = peak_memory(generate, model, ids[:, : LENGTH - 4], LENGTH, 4)
+        _, loss = peak_memory(chunked_nll_rows, model, ids, chunk=1024)
+    assert shape.soft_capped
     assert guess.generation - guess.weights == pytest.approx(generation, rel=0.15)
     assert guess.scoring - guess.weights == pytest.approx(loss, rel=0.15)
 

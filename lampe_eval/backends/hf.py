@@ -100,7 +100,14 @@ class HFBackend(BaseBackend):
             shape = dataclasses.replace(shape, key_heads=method.key_heads(shape.heads, shape.key_heads))
         dtype = parse_dtype(settings.dtype, settings.device or default_device())
         keys = hf_key_rows(method, base, length)
-        return estimate(shape, length, batch=settings.batch_size, dtype_bytes=dtype.itemsize, keys=keys)
+        return estimate(
+            shape,
+            length,
+            batch=settings.batch_size,
+            dtype_bytes=dtype.itemsize,
+            keys=keys,
+            eager_attention=shape.soft_capped,  # models.load_model loads it with eager attention
+        )
 
     @classmethod
     def memory_refusal(cls, need: MemoryEstimate, loss_only: bool, settings: RunSettings) -> str | None:
