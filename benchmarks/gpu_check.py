@@ -35,7 +35,8 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -335,14 +336,13 @@ class ProfileAfterPrefill:
 def profile_decode(names: list[str], length: int, shape: ModelShapeArgs, rows: int = 15) -> None:
     """Where a whole-model decode step's GPU time goes (``--profile-decode NAME``): the kernels of 16 decode
     steps after a prompt of ``length`` - 17 tokens, heaviest first."""
-    with tempfile.TemporaryDirectory() as where:
-        backend = HFBackend(random_model(shape, "cuda", torch.bfloat16, where))
-        ids = torch.randint(100, shape.vocab, (1, length - 17), generator=torch.Generator().manual_seed(2))
+    with random_backend(shape, "cuda", length) as (_, backend, ids):
+        prompt = ids[:, : length - 17]
         for name in names:
             with backend.install(resolve_method(name, shape.window, length).method):
-                backend.generate_ids(ids.cuda(), length, 17, 17, set())  # warm
+                backend.generate_ids(prompt, length, 17, 17, set())  # warm
                 streamer = ProfileAfterPrefill()
-                backend.generate_ids(ids.cuda(), length, 17, 17, set(), streamer=streamer)
+                backend.generate_ids(prompt, length, 17, 17, set(), streamer=streamer)
             print(f"profile: {name}, 16 decode steps at {length // 1024}K, {shape.layers} layers")
             table = streamer.profiler.key_averages().table(sort_by="self_cuda_time_total", row_limit=rows)
             print(table)
@@ -443,6 +443,19 @@ def random_model(shape: ModelShapeArgs, device: str, dtype: torch.dtype, where: 
     return LoadedModel(where, model.eval(), tokenizer, shape.window, chat_template=False)
 
 
+@contextmanager
+def random_backend(
+    shape: ModelShapeArgs, device: str, length: int
+) -> Iterator[tuple[LoadedModel, HFBackend, torch.Tensor]]:
+    """The random model of (e), (i) and ``--profile-decode`` (bf16 on CUDA, else fp32) behind the Hugging
+    Face backend, and ``length`` random token ids on ``device``."""
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    with tempfile.TemporaryDirectory() as where:
+        lm = random_model(shape, device, dtype, where)
+        ids = torch.randint(100, shape.vocab, (1, length), generator=torch.Generator().manual_seed(2))
+        yield lm, HFBackend(lm), ids.to(device)
+
+
 def held(fn: Callable[[], object], device: str) -> tuple[object, int]:
     """``fn()`` and the most bytes it held at once above what was allocated before it."""
     if device != "cuda":
@@ -490,15 +503,11 @@ def measure_model(
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     settings = RunSettings(device=device, dtype=str(dtype).removeprefix("torch."))
     warnings = []
-    with tempfile.TemporaryDirectory() as where:
-        lm = random_model(shape, device, dtype, where)
-        backend = HFBackend(lm)
-        ids = torch.randint(100, shape.vocab, (1, length), generator=torch.Generator().manual_seed(2))
-        ids = ids.to(device)
+    with random_backend(shape, device, length) as (lm, backend, ids):
         reference: dict[str, float] = {}
         for name in methods:
             method = resolve_method(name, shape.window, length).method
-            guess = HFBackend.memory_estimate(where, method, length, settings)
+            guess = HFBackend.memory_estimate(lm.name, method, length, settings)
             assert guess is not None, "the random model's config is readable: an estimate exists"
             prefill_s, decode_s, generation = float("inf"), float("inf"), 0
             prompt = ids[:, : length - new_tokens]
@@ -765,11 +774,8 @@ def decode_breakdown(
     and kernel launches (one more generation, its ``new_tokens`` decode steps profiled; ``device``: the
     tests run it on CPU, where the GPU columns read 0)."""
     label = f"{length // 1024}K" if length >= 1024 else str(length)
-    with tempfile.TemporaryDirectory() as where:
-        lm = random_model(shape, device, torch.bfloat16 if device == "cuda" else torch.float32, where)
-        backend = HFBackend(lm)
-        ids = torch.randint(100, shape.vocab, (1, length), generator=torch.Generator().manual_seed(2))
-        prompt = ids[:, : length - new_tokens - 1].to(device)
+    with random_backend(shape, device, length) as (_, backend, ids):
+        prompt = ids[:, : length - new_tokens - 1]
         tokens = new_tokens + 1
         for name in methods:
             method = resolve_method(name, shape.window, length).method
