@@ -452,9 +452,7 @@ def load_model(
     else:
         model, tokenizer = _load_hf(source, torch_dtype, device, device_map)
     if attn_implementation:
-        # transformers' SDPA path drops Gemma 2's logit soft-capping without a word: its eager path keeps it
-        soft_capped = getattr(model.config, "attn_logit_softcapping", None)
-        model.config._attn_implementation = "eager" if soft_capped else attn_implementation
+        model.config._attn_implementation = attention_implementation(model.config, attn_implementation)
     model.eval()
     window = pretraining_window or (preset.pretraining_window if preset else window_from_config(model.config))
     return LoadedModel(
@@ -464,6 +462,12 @@ def load_model(
         pretraining_window=window,
         chat_template=preset.chat_template if preset else bool(getattr(tokenizer, "chat_template", None)),
     )
+
+
+def attention_implementation(config: Any, wanted: str = "sdpa") -> str:
+    """The attention implementation a model runs with: ``wanted``, except ``eager`` for soft-capped logits
+    (Gemma 2), which transformers' SDPA path drops without a word."""
+    return "eager" if getattr(config, "attn_logit_softcapping", None) else wanted
 
 
 def load_tokenizer(name: str = DEFAULT_MODEL) -> LoadedModel:
@@ -554,8 +558,7 @@ def tiny_llama(
         **extra,
     )
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    # SDPA drops soft-capped logits (Gemma 2): eager keeps them, as load_model does
-    model.config._attn_implementation = "eager" if getattr(config, "attn_logit_softcapping", None) else "sdpa"
+    model.config._attn_implementation = attention_implementation(config)
     return model.eval()
 
 

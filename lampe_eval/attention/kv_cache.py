@@ -259,7 +259,8 @@ class GrowingLayer(DynamicLayer):
             return super().update(key_states, value_states, *args, **kwargs)
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-        held, rows = self.get_seq_length(), self.get_seq_length() + key_states.shape[-2]
+        held = self.get_seq_length()
+        rows = held + key_states.shape[-2]
         if not self._appendable(key_states, rows):
             self._adopt(key_states, held, rows)
         assert self.buffers is not None

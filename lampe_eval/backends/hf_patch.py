@@ -218,9 +218,9 @@ def apply_method(
         return PatchHandle([], [], None)
     family = attention_family(model)
     layers = attention_layers(model)
-    state = PatchState(method=method, base=base or rope_base(model, window))
-    state.softcap = getattr(model.config, "attn_logit_softcapping", None)
-    if state.softcap:
+    softcap = getattr(model.config, "attn_logit_softcapping", None)
+    state = PatchState(method=method, base=base or rope_base(model, window), softcap=softcap)
+    if softcap:
         log.warning(
             "%s: soft-capped attention logits run on the portable attention path (exact; no fused kernel "
             "here computes them, so slower than the model's other layers)",
@@ -354,9 +354,6 @@ def _attend_with_rotated_cache(
     primary copy in the cache, the others beside it), attend, then drop what no later query can see."""
     kv_len = q_start + key.shape[2]
     rotated = plan.rotate_keys(key, q_start)
-    if q_start:  # appended by torch.cat, whose CUDA kernel copies the whole cache on a slow path when any
-        # input is strided (a decode step's copies are column slices of one matmul): 4x the time per step
-        rotated[generation.primary] = rotated[generation.primary].contiguous()
     side: SideCopies
     if isinstance(cache, RotatedKeyCache):  # primary path: the cache keeps its side copies consistent
         primary, value = _update(cache, rotated[generation.primary], value, idx, kv_len)
@@ -365,7 +362,9 @@ def _attend_with_rotated_cache(
         layers = getattr(cache, "layers", None)
         before = getattr(layers[idx], "keys", None) if layers and len(layers) > idx else None
         side = _GENERATIONS[cache][1].layer(idx, q_start, before)
-        primary, value = _update(cache, rotated[generation.primary], value, idx, kv_len)
+        # such a cache appends by torch.cat, whose CUDA kernel copies the whole cache on a slow path when an
+        # input is strided (a decode step's copies are column slices of one matmul): 4x the time per step
+        primary, value = _update(cache, rotated[generation.primary].contiguous(), value, idx, kv_len)
     copies = side.extend(plan, generation.primary, rotated, primary, q_start)
     out = attend_rotated(query, copies, value, plan, q_start, scale, softcap=softcap)
     side.trim(plan, kv_len)

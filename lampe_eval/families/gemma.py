@@ -12,19 +12,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import AttentionFamily, per_head_norms, separate_projections
+from .base import AttentionFamily, full_attention_layers, per_head_norms, separate_projections
 
 GLOBAL = "full_attention"
-
-
-def global_layers(config: Any) -> list[int]:
-    return [i for i, kind in enumerate(config.layer_types) if kind == GLOBAL]
 
 
 def refusal(config: Any) -> str | None:
     if getattr(config, "use_bidirectional_attention", False):
         return f"{config.model_type}: bidirectional attention is not supported"
-    if not global_layers(config):
+    if not full_attention_layers(config):
         return f"{config.model_type}: no global attention layer for a method to change"
     return None
 
@@ -35,7 +31,7 @@ GEMMA3 = AttentionFamily(
     model_types=("gemma3_text",),
     project=per_head_norms,
     refusal=refusal,
-    global_layers=global_layers,
+    global_layers=full_attention_layers,
     rotary=(f"{GLOBAL}_original_inv_freq", f"{GLOBAL}_attention_scaling"),
     rope_parameters=GLOBAL,
 )
@@ -45,5 +41,5 @@ GEMMA2 = AttentionFamily(
     model_types=("gemma2",),
     project=separate_projections,
     refusal=refusal,
-    global_layers=global_layers,
+    global_layers=full_attention_layers,
 )
