@@ -10,7 +10,8 @@ The arithmetic, per sequence of ``n`` tokens in ``b`` bytes per element (docs/me
 
 * **KV cache**: every layer's values (``n`` rows) and keys: ``n`` rows of the primary copy, plus, for a
   method with several key maps, each side copy's rows still reachable after the prompt (LaMPE's second copy
-  holds almost every key, SelfExtend's neighbour band a window's worth) with its buffer's spare room.
+  holds almost every key, SelfExtend's neighbour band a window's worth) with its buffer's spare room; a
+  sliding-window layer (Gemma 2/3), which no method changes, holds one window of keys and values at most.
 * **Prefill**: the larger of a layer's MLP (its input and residual, the gate and up projections, their
   product: ``4 hidden + 3 intermediate``) and its attention (queries, keys, values, every rotated key copy,
   the output and the accumulators of a patched layer), plus the cos/sin tables alive through the pass (the
@@ -46,20 +47,26 @@ class ModelShape:
     intermediate: int = 0  # the MLP's width (0: 4 x hidden)
     vocab: int = 0
     soft_capped: bool = False  # logits soft-capped (Gemma 2): the Hugging Face backend loads it with eager
+    local_layers: int = 0  # sliding-window layers (Gemma 2/3): a method leaves them alone, their cache slides
+    local_window: int = 0  # their window: the most keys such a layer's cache holds
 
     @classmethod
     def from_config(cls, name: str, config: Any, parameters: float | None = None) -> ModelShape:
         """The shape of a transformers config; ``parameters`` None: counted on the meta device."""
         config = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+        from .families.base import full_attention_layers
         from .models import head_counts
 
         heads, key_heads = head_counts(config)
+        layers = int(config.num_hidden_layers)
+        window = int(getattr(config, "sliding_window", None) or 0)
+        local = layers - len(full_attention_layers(config)) if window else 0
         head_dim = int(getattr(config, "head_dim", None) or int(config.hidden_size) // heads)
         hidden = int(config.hidden_size)
         intermediate = int(getattr(config, "intermediate_size", None) or 4 * hidden)
         return cls(
             name=name,
-            layers=int(config.num_hidden_layers),
+            layers=layers,
             key_heads=key_heads,
             head_dim=head_dim,
             parameters=count_parameters(config) if parameters is None else parameters,
@@ -68,6 +75,8 @@ class ModelShape:
             intermediate=intermediate,
             vocab=int(getattr(config, "vocab_size", 0) or 0),
             soft_capped=bool(getattr(config, "attn_logit_softcapping", None)),
+            local_layers=local,
+            local_window=window if local else 0,
         )
 
     @property
@@ -99,9 +108,18 @@ def count_parameters(config: Any) -> int:
 
 
 def kv_bytes_per_token(shape: ModelShape, copies: int, dtype_bytes: int = 2) -> int:
-    """Bytes of cache one token takes when every key copy is kept for every token (vLLM's paged cache):
-    ``copies`` rotated keys and one value per layer and key head (plain RoPE: 2 head dims)."""
-    return shape.layers * shape.key_width * (copies + 1) * dtype_bytes
+    """Bytes of cache one token takes in the layers that see every key when every key copy is kept for
+    every token (vLLM's paged cache): ``copies`` rotated keys and one value per layer and key head (plain
+    RoPE: 2 head dims)."""
+    return (shape.layers - shape.local_layers) * shape.key_width * (copies + 1) * dtype_bytes
+
+
+def sequence_kv_bytes(shape: ModelShape, copies: int, length: int, dtype_bytes: int = 2) -> int:
+    """Bytes of cache one sequence of ``length`` tokens takes: :func:`kv_bytes_per_token` for each token,
+    and in the sliding-window layers (one key copy: no method changes them) a key and a value for the tokens
+    of one window at most."""
+    local = shape.local_layers * shape.key_width * 2 * min(length, shape.local_window) * dtype_bytes
+    return kv_bytes_per_token(shape, copies, dtype_bytes) * length + local
 
 
 @dataclass(frozen=True)
@@ -191,7 +209,9 @@ def estimate(
     ``eager_attention``: the model's own layers materialise their scores (a soft-capped model on the
     Hugging Face backend)."""
     keys = keys or KeyRows(length)
-    kv = batch * shape.layers * shape.key_width * (length + keys.rows) * dtype_bytes
+    full = (shape.layers - shape.local_layers) * shape.key_width * (length + keys.rows)
+    local = shape.local_layers * shape.key_width * 2 * min(length, shape.local_window)
+    kv = batch * (full + local) * dtype_bytes
     tokens = batch * min(length, prefill_tokens or length)
     mlp = 4 * shape.hidden_width + 3 * shape.mlp_width
     attention = 4 * shape.hidden_width + 3 * shape.query_width + (2 + keys.copies) * shape.key_width

@@ -97,6 +97,37 @@ def test_key_rows_are_what_the_cache_holds_after_a_generation(model, name):
     assert hf_key_rows(method, rope_base(model, WINDOW), LENGTH - 1).rows == layer.keys.shape[2] + buffered
 
 
+@pytest.mark.parametrize("name", ["rope", "lampe"])
+def test_sliding_window_layers_hold_one_window_of_keys(name):
+    """Gemma 3's local layers (no method changes them) keep transformers' sliding cache: a window of keys
+    and values at most; the estimate's KV cache is what the cache holds after a prompt (every layer
+    counted at full length: 2.6x as much here)."""
+    from lampe_eval.backends.hf_patch import kv_cache_bytes
+
+    shape_args = {"heads": 4, "kv_heads": 2, "head_dim": 64, "window": WINDOW, "vocab": 512}
+    model = tiny_family("gemma3_text", vary_norms=False, **shape_args)
+    shape = ModelShape.from_config("tiny", model.config)
+    assert (shape.layers, shape.local_layers, shape.local_window) == (3, 2, 16)
+    method = resolve_method(name, WINDOW, LENGTH).method
+    guess = estimate(shape, LENGTH, dtype_bytes=4, keys=hf_key_rows(method, rope_base(model, WINDOW), LENGTH))
+    ids = torch.randint(0, 512, (1, LENGTH), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad(), apply_method(model, method, window=WINDOW):
+        cache = new_cache(model, LENGTH)
+        model(input_ids=ids, past_key_values=cache, use_cache=True)
+    assert guess.kv_cache == pytest.approx(kv_cache_bytes(cache), rel=0.02)
+
+
+def test_vllm_sizes_sliding_window_layers_by_their_window():
+    """A sequence's bytes in vLLM's cache: every token's key copies and value in the global layers, a
+    window's worth in the local ones (vLLM's sliding-window spec frees the blocks behind the window)."""
+    from lampe_eval.memory import kv_bytes_per_token, sequence_kv_bytes
+
+    shape = ModelShape("m", 6, 2, 64, 1e6, local_layers=5, local_window=512)
+    assert kv_bytes_per_token(shape, 2) == 1 * 128 * 3 * 2
+    assert sequence_kv_bytes(shape, 2, 8192) == 128 * 3 * 2 * 8192 + 5 * 128 * 2 * 512 * 2
+    assert sequence_kv_bytes(shape, 1, 100) == 6 * 128 * 2 * 100 * 2
+
+
 def test_parameters_are_counted_without_weights(model):
     assert count_parameters(model.config) == sum(p.numel() for p in model.parameters())
 

@@ -104,38 +104,3 @@ def test_two_vllm_workers_write_the_records_of_the_hf_backend(tmp_path: Path, ll
             b["output"]["prediction"],
             b["scores"],
         )
-
-
-@pytest.fixture(scope="module")
-def stablelm(tmp_path_factory, smollm2_tokenizer) -> str:
-    """A random StableLM of 2 layers (head dim 64, a quarter of it turning: a partial rotary head)."""
-    rope = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25}
-    where = str(tmp_path_factory.mktemp("stablelm"))
-    return save_random_model(
-        where, smollm2_tokenizer, WINDOW, "stablelm", 7, rope_parameters=rope, use_qkv_bias=True
-    )
-
-
-# YaRN: an attention factor, through the engine (LaMPE, two key copies, gave the same agreement when run by
-# hand: 5.7e-5; one engine start each, so one method here for CI time)
-@pytest.mark.parametrize("name", ["yarn"])
-def test_a_partial_rotary_model_gives_the_hf_backends_tokens_and_logprobs(name: str, stablelm: str) -> None:
-    """Partial rotary heads run as whole heads through the engine on vLLM (attention/partial.py), every
-    method (a frequency method too: vLLM's rotary code would scale only the turning dimensions by YaRN's
-    attention factor, the HF backend scales the whole logit)."""
-    hf = HFBackend(load_model(stablelm))
-    assert hf.rope_base().rotary_dim == 16
-    method = resolve_method(name, WINDOW, PROMPT + NEW, base=hf.rope_base()).method
-    request = GenerationRequest("", NEW, input_ids=prompt(PROMPT, 9))
-    with hf.install(method):
-        expected = hf.generate([request])[0].token_ids
-        expected_logprobs = hf_prompt_logprobs(hf, list(request.input_ids or ()))
-    backend = VLLMBackend(load_for_engine(stablelm), batch_size=1, dtype="fp32", one_process=True)
-    try:
-        with backend.install(method):
-            got = backend.generate([request])[0].token_ids
-            logprobs = torch.tensor(backend.prompt_logprobs(list(request.input_ids or ())))
-    finally:
-        backend.close()
-    assert got == expected
-    assert (logprobs - expected_logprobs).abs().max().item() < LOGPROB_TOLERANCE

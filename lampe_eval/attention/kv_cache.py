@@ -318,11 +318,12 @@ class GrowingLayer(DynamicLayer):
 
 
 class GrowingCache(DynamicCache):
-    """transformers' ``DynamicCache`` for a model's config (sliding-window layers stay its own), its full
-    layers :class:`GrowingLayer` holding ``total_length`` rows (prompt + new tokens) when known."""
+    """transformers' ``DynamicCache`` for a model's config (sliding-window layers stay its own, a window of
+    keys each), its full layers :class:`GrowingLayer` holding ``total_length`` rows (prompt + new tokens)
+    when known."""
 
-    def __init__(self, config: Any = None, total_length: int | None = None) -> None:
-        super().__init__(config=config)
+    def __init__(self, config: Any = None, total_length: int | None = None, offloading: bool = False) -> None:
+        super().__init__(config=config, offloading=offloading)
         self.total_length = total_length
         layers: list[Any] = self.layers
         layers[:] = [self.new_layer() if type(layer) is DynamicLayer else layer for layer in layers]
@@ -375,23 +376,24 @@ class RotatedKeyLayer(GrowingLayer):
             self.side.map_batch(lambda t: t.to(self.device, non_blocking=True))
 
 
-class RotatedKeyCache(DynamicCache):
-    """The KV cache of one generation of a patched model (make it with ``backends.hf_patch.new_cache``).
+class RotatedKeyCache(GrowingCache):
+    """The KV cache of one generation of a patched model (make it with ``backends.hf_patch.new_cache``):
+    its full layers :class:`RotatedKeyLayer`; with the model's ``config``, its sliding-window layers, which
+    no method changes, transformers' own (a window of keys each).
 
     ``total_length``: prompt + new tokens (None: unknown), the budget the method plans with (e.g. LaMPE's
     ``identity_within_window``). ``generation`` is set by the patched attention at the prefill."""
 
-    def __init__(self, total_length: int | None = None, offloading: bool = False) -> None:
-        super().__init__(offloading=offloading)
-        self.layer_class_to_replicate = self.new_layer  # called with no argument, as a class would be
-        self.total_length = total_length
+    def __init__(self, config: Any = None, total_length: int | None = None, offloading: bool = False) -> None:
+        self.total_length = total_length  # new_layer reads it while the layers are made
+        super().__init__(config, total_length, offloading)
         self.generation: Generation | None = None
 
     def new_layer(self) -> RotatedKeyLayer:
         return RotatedKeyLayer(reserve=self.total_length)
 
     def side_copies(self, layer_idx: int) -> SideCopies:
-        side: SideCopies = self.layers[layer_idx].side  # every layer is a RotatedKeyLayer
+        side: SideCopies = self.layers[layer_idx].side  # a patched layer is a full one: a RotatedKeyLayer
         return side
 
     def reset(self) -> None:

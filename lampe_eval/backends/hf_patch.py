@@ -61,14 +61,15 @@ _GENERATIONS: weakref.WeakKeyDictionary[Any, tuple[PatchState, RotatedKeys]] = w
 
 
 def new_cache(model: Any, total_length: int | None = None) -> Any:
-    """The KV cache one generation of ``model`` should use: a RotatedKeyCache carrying the budget when
-    ``model`` is patched, else a plain DynamicCache."""
-    if getattr(model, _STATE_ATTR, None) is not None:
-        return RotatedKeyCache(total_length=total_length)
+    """The KV cache one generation of ``model`` should use, carrying the budget: a RotatedKeyCache when
+    ``model`` is patched, else a GrowingCache (both keep the config's sliding-window layers)."""
     config = getattr(model, "config", None)
     # what generate itself would make (a config with sliding-window layers gets sliding layers), appending
     # in place
-    return GrowingCache(config.get_text_config(decoder=True) if config is not None else None, total_length)
+    text_config = config.get_text_config(decoder=True) if config is not None else None
+    if getattr(model, _STATE_ATTR, None) is not None:
+        return RotatedKeyCache(text_config, total_length)
+    return GrowingCache(text_config, total_length)
 
 
 @dataclass
@@ -226,8 +227,7 @@ def apply_method(
             "here computes them, so slower than the model's other layers)",
             model.config.model_type,
         )
-    changed = set(family.global_layers(model.config))  # local (sliding-window) layers keep their attention
-    layers = [layers[i] for i in method.patched_layers(len(layers)) if i in changed]
+    layers = [layers[i] for i in family.changed_layers(model.config, method.patched_layers(len(layers)))]
     forward = _make_forward(state, family)
     for layer in layers:
         if _is_patched(layer):

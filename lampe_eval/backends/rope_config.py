@@ -30,8 +30,12 @@ def rope_base_from_config(config: Any, window: int | None = None) -> RopeBase:
     """:func:`rope_base` of a model not loaded here (the vLLM backend's): transformers' own rotary
     embedding module of the config's architecture, built without weights, gives the same frequencies."""
     model_type = getattr(config, "model_type", "")
+    # the config class's package holds the modeling code (gemma3_text's is gemma3's)
+    package = type(config).__module__.rpartition(".")[0]
+    if not package.startswith("transformers.models."):
+        package = f"transformers.models.{model_type}"
     try:
-        module = importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
+        module = importlib.import_module(f"{package}.modeling_{package.rpartition('.')[2]}")
     except ImportError as err:
         raise UnsupportedModelError(f"{model_type!r}: no transformers modeling module") from err
     classes = [c for n, c in vars(module).items() if n.endswith("RotaryEmbedding") and isinstance(c, type)]

@@ -27,8 +27,7 @@ from typing import Any
 import torch
 
 from ..errors import LampeEvalError, UnsupportedModelError
-from ..families import family_of_config
-from ..memory import GIB, KeyRows, MemoryEstimate, ModelShape, estimate, kv_bytes_per_token
+from ..memory import GIB, KeyRows, MemoryEstimate, ModelShape, estimate, sequence_kv_bytes
 from ..methods.base import Method, RopeBase
 from ..models import LoadedModel, default_device, head_counts, known_config, parse_dtype
 from ..processes import environment
@@ -442,7 +441,7 @@ class VLLMBackend(BaseBackend):
         itemsize = torch.empty(0, dtype=getattr(torch, self.dtype)).element_size()
         shape = ModelShape.from_config(self.source, self.config, parameters=0.0)  # the KV cache alone
         share = rank_share(self.config, self.tensor_parallel)  # each rank caches its key heads
-        needed = int(kv_bytes_per_token(shape, copies, itemsize) * model_len * share)
+        needed = int(sequence_kv_bytes(shape, copies, model_len, itemsize) * share)
         if needed > budget:
             method = self._method.name if self._method is not None else "rope"
             what, copies_said = (
@@ -655,19 +654,18 @@ def _transformers_fallback(architecture: str) -> bool:
 def engine_refusal(config: Any) -> str | None:
     """What the vLLM backend cannot run a method on beyond the families' own refusals: an architecture vLLM
     runs through its Transformers fallback (no vLLM attention module of its own for the method to replace:
-    OLMo 2 in vLLM 0.32), and a model with layers a method must leave alone (Gemma 3's sliding-window
-    layers), since the worker patches every layer."""
+    OLMo 2 in vLLM 0.32), and soft-capped attention logits (Gemma 2), which the paged attention does not
+    compute."""
     fallback = [a for a in getattr(config, "architectures", None) or [] if _transformers_fallback(a)]
     if fallback:
         return (
             f"vLLM runs {fallback[0]} through its Transformers fallback, whose attention lampe-eval cannot "
             "replace: use --backend hf (or --method rope)"
         )
-    family = family_of_config(config)
-    if family is not None and len(family.global_layers(config)) != config.num_hidden_layers:
+    if getattr(config, "attn_logit_softcapping", None):
         return (
-            f"{config.model_type}: on vLLM a method would change its local (sliding-window) layers too: use "
-            "--backend hf, which leaves them alone"
+            f"{config.model_type}: soft-capped attention logits (Gemma 2) are not computed by lampe-eval's "
+            "attention on vLLM: use --backend hf"
         )
     return None
 

@@ -52,7 +52,7 @@ def customize_spec(spec: AttentionSpec) -> AttentionSpec:
     """A layer's KV cache spec widened to the engine's key copies (keys ``copies`` x head dim wide, values
     one head dim), so vLLM sizes, allocates and schedules the cache with them."""
     copies = engine_key_copies()
-    if copies == 1:
+    if copies == 1 or getattr(spec, "sliding_window", None) is not None:  # a local layer: never patched
         return spec
     return dataclasses.replace(spec, head_size=spec.head_size_v * copies, head_size_v=spec.head_size_v)
 

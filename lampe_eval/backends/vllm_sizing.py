@@ -8,14 +8,14 @@ table (docs/vllm.md) is printed by :func:`memory_table` and a test holds the two
 
 from __future__ import annotations
 
-from ..memory import GIB, LLAMA_3_8B, QWEN2_7B, ModelShape, kv_bytes_per_token
+from ..memory import GIB, LLAMA_3_8B, QWEN2_7B, ModelShape, kv_bytes_per_token, sequence_kv_bytes
 
 
 def sequences_that_fit(
     kv_bytes: int, shape: ModelShape, copies: int, length: int, dtype_bytes: int = 2
 ) -> int:
     """Sequences of ``length`` tokens a KV cache of ``kv_bytes`` holds at once."""
-    return kv_bytes // (kv_bytes_per_token(shape, copies, dtype_bytes) * length)
+    return kv_bytes // sequence_kv_bytes(shape, copies, length, dtype_bytes)
 
 
 def kv_budget(gpu_bytes: int, shape: ModelShape, utilization: float = 0.9, activations: int = 4 * GIB) -> int:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..errors import LampeEvalError
+from ..families import family_of_config
 from ..methods import METHODS
 from ..methods.base import FrequencyMethod, Method, RopeBase
 from ..models import head_counts
@@ -133,7 +134,10 @@ def install(worker: WorkerBase, method: Method, base: RopeBase) -> str:
     if method.kind == "baseline":
         return "none"
     modules = _attention_modules(_model(worker))
-    patched = sorted(i for i in method.patched_layers(len(modules)) if i in modules)
+    family = family_of_config(base.config)
+    applied = method.patched_layers(len(modules))
+    changed = family.changed_layers(base.config, applied) if family else list(applied)
+    patched = [i for i in changed if i in modules]
     own_rotary = not method.infoscale and base.rotary_dim == base.head_dim  # see the module docstring
     if isinstance(method, FrequencyMethod) and method.fixed_key_positions() and own_rotary:
         _install_frequencies([modules[i] for i in patched], method, base)

@@ -57,6 +57,12 @@ class AttentionFamily:
     rope_parameters: str | None = None
     output: Output = o_proj
 
+    def changed_layers(self, config: Any, applied: range) -> list[int]:
+        """The layers a method changes: of those it applies to (``Method.patched_layers``), the ones it may
+        change (:attr:`global_layers`: local, sliding-window layers keep their own attention)."""
+        allowed = set(self.global_layers(config))
+        return [i for i in applied if i in allowed]
+
     def global_config(self, config: Any) -> Any:
         """``config`` as the global layers see it: their RoPE parameters as the model's (what the frequency
         methods read and compose with)."""
