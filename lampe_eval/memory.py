@@ -53,10 +53,10 @@ class ModelShape:
     @classmethod
     def from_config(cls, name: str, config: Any, parameters: float | None = None) -> ModelShape:
         """The shape of a transformers config; ``parameters`` None: counted on the meta device."""
-        config = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
-        from .families.base import full_attention_layers
+        from .families.base import full_attention_layers, text_config
         from .models import head_counts
 
+        config = text_config(config)
         heads, key_heads = head_counts(config)
         layers = int(config.num_hidden_layers)
         window = int(getattr(config, "sliding_window", None) or 0)

@@ -293,6 +293,9 @@ def _load_hf(
 def head_counts(config: Any) -> tuple[int, int]:
     """A config's (query heads, key heads): the key heads default to the query heads (no grouping); (0, 0)
     when the config does not say."""
+    from .families.base import text_config
+
+    config = text_config(config)
     heads = int(getattr(config, "num_attention_heads", None) or 0)
     return heads, int(getattr(config, "num_key_value_heads", None) or heads)
 
@@ -301,6 +304,9 @@ def window_from_config(config: Any) -> int:
     """The pretraining window: the original context when the config carries an inference-time rope
     scaling (YaRN, dynamic, ...), else ``max_position_embeddings``. Llama-3.1's "llama3" scaling is part
     of its long-context training (to 128K), so its window is ``max_position_embeddings``."""
+    from .families.base import text_config
+
+    config = text_config(config)
     rope = getattr(config, "rope_parameters", None) or {}
     if not isinstance(rope, dict) or rope.get("rope_type") == "llama3":
         return int(config.max_position_embeddings)
@@ -467,7 +473,9 @@ def load_model(
 def attention_implementation(config: Any, wanted: str = "sdpa") -> str:
     """The attention implementation a model runs with: ``wanted``, except ``eager`` for soft-capped logits
     (Gemma 2), which transformers' SDPA path drops without a word."""
-    return "eager" if getattr(config, "attn_logit_softcapping", None) else wanted
+    from .families.base import text_config
+
+    return "eager" if getattr(text_config(config), "attn_logit_softcapping", None) else wanted
 
 
 def load_tokenizer(name: str = DEFAULT_MODEL) -> LoadedModel:

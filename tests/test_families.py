@@ -186,3 +186,58 @@ def test_ms_poe_paper_gives_each_query_head_its_keys_at_its_own_ratio(model_type
         same = logits(mha, ids)
     with apply_method(mha, official):
         assert torch.equal(same, logits(mha, ids))
+
+
+def multimodal_gemma3(text_model, where) -> str:
+    """Gemma 3's multimodal checkpoint layout (``Gemma3ForConditionalGeneration``: a tiny SigLIP vision tower
+    and projector beside the text model, model type ``gemma3``) holding ``text_model``'s weights, saved in
+    ``where``."""
+    from transformers import AutoModelForCausalLM, Gemma3Config
+
+    vision = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2}
+    config = Gemma3Config(
+        text_config=text_model.config.to_dict(),
+        vision_config={**vision, "image_size": 32, "patch_size": 8},
+        mm_tokens_per_image=4,
+        image_token_index=125,
+        boi_token_index=126,
+        eoi_token_index=127,
+        tie_word_embeddings=False,
+    )
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    own = model.state_dict()
+    with torch.no_grad():
+        for (
+            key,
+            weight,
+        ) in text_model.state_dict().items():  # model.layers... -> model.language_model.layers...
+            own[key.replace("model.", "model.language_model.", 1) if key.startswith("model.") else key].copy_(
+                weight
+            )
+    model.save_pretrained(where)
+    return str(where)
+
+
+@pytest.mark.parametrize("name", ["lampe", "yarn", "dca"])
+def test_a_multimodal_gemma3_checkpoint_runs_the_method_in_its_text_model(name, ids, tmp_path):
+    """Gemma-3-4B/12B/27B ship as ``Gemma3ForConditionalGeneration``: the method goes into its text model,
+    with that model's config (local layers, global RoPE), and gives what the text model alone gives, in a
+    forward pass and in cached greedy decoding."""
+    from lampe_eval.backends.hf_patch import new_cache
+    from lampe_eval.models import load_model
+
+    text = tiny("gemma3_text")
+    wrapped = load_model(multimodal_gemma3(text, tmp_path / "gemma3"), device="cpu", dtype="float32").model
+    assert type(wrapped).__name__ == "Gemma3ForConditionalGeneration"
+    assert torch.equal(rope_base(wrapped).inv_freq, rope_base(text).inv_freq)
+    unpatched = logits(wrapped, ids)
+    results = []
+    for net in (text, wrapped):
+        with apply_method(net, create_method(name, WINDOW, 256)):
+            kwargs = {"attention_mask": torch.ones_like(ids), "max_new_tokens": 8, "do_sample": False}
+            tokens = net.generate(ids, past_key_values=new_cache(net, LENGTH + 8), **kwargs)
+            results.append((logits(net, ids), tokens))
+    (text_logits, text_tokens), (wrapped_logits, wrapped_tokens) = results
+    assert (text_logits - wrapped_logits).abs().max() < 1e-5
+    assert torch.equal(text_tokens, wrapped_tokens)
+    assert (wrapped_logits - unpatched).abs().max() > 1e-2  # the method changed the wrapped model

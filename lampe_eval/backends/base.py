@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from ..errors import LampeEvalError, UnsupportedModelError
-from ..families import FAMILIES, family_of_config
+from ..families import FAMILIES, family_of_config, text_config
 from ..memory import MemoryEstimate
 from ..methods.base import Method, RopeBase
 from ..models import LoadedModel, known_config
@@ -259,7 +259,7 @@ def family_refusal(name: str, config: Any, methods: Sequence[str]) -> str | None
             f"{name}: methods cannot be installed in {model_type!r} models (supported: {supported}); only "
             "--method rope runs on it"
         )
-    return family.refusal(config)
+    return family.refusal(text_config(config))
 
 
 def nll_sums(logprobs: list[float], tail_from: int | None, seconds: float) -> TokenNLL:

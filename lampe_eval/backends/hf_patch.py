@@ -44,7 +44,7 @@ from ..attention.kv_cache import (
     SideCopies,
 )
 from ..errors import LampeEvalError, UnsupportedModelError
-from ..families import AttentionFamily, attention_classes, family_of_layer
+from ..families import AttentionFamily, attention_classes, family_of_layer, text_config
 from ..methods.base import Method, RopeBase
 from ..models import head_counts
 from .plans import PlanCache
@@ -198,7 +198,7 @@ def attention_family(model: Any) -> AttentionFamily:
     """The family of ``model``'s attention layers; refused when its config cannot run a method exactly."""
     family = family_of_layer(attention_layers(model)[0])
     assert family is not None  # attention_layers found a registered class
-    why = family.refusal(model.config)
+    why = family.refusal(text_config(model.config))
     if why:
         raise UnsupportedModelError(why)
     return family
@@ -219,15 +219,16 @@ def apply_method(
         return PatchHandle([], [], None)
     family = attention_family(model)
     layers = attention_layers(model)
-    softcap = getattr(model.config, "attn_logit_softcapping", None)
+    config = text_config(model.config)  # a multimodal model's decoder's (Gemma 3's text model)
+    softcap = getattr(config, "attn_logit_softcapping", None)
     state = PatchState(method=method, base=base or rope_base(model, window), softcap=softcap)
     if softcap:
         log.warning(
             "%s: soft-capped attention logits run on the portable attention path (exact; no fused kernel "
             "here computes them, so slower than the model's other layers)",
-            model.config.model_type,
+            config.model_type,
         )
-    layers = [layers[i] for i in family.changed_layers(model.config, method.patched_layers(len(layers)))]
+    layers = [layers[i] for i in family.changed_layers(config, method.patched_layers(len(layers)))]
     forward = _make_forward(state, family)
     for layer in layers:
         if _is_patched(layer):

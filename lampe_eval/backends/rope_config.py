@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from ..errors import UnsupportedModelError
-from ..families import family_of_config
+from ..families import family_of_config, text_config
 from ..memory import ModelShape
 from ..methods.base import RopeBase
 
@@ -18,17 +18,20 @@ from ..methods.base import RopeBase
 def rope_base(model: Any, window: int | None = None) -> RopeBase:
     """The model's own RoPE (frequencies as the model ships them, e.g. Llama-3.1's llama3 scaling; the
     global layers' for a family with local layers)."""
-    rotary = getattr(getattr(model, "base_model", model), "rotary_emb", None)  # GPT-NeoX's: gpt_neox
+    # the decoder's (GPT-NeoX's: gpt_neox; a multimodal model's: its language model)
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else getattr(model, "base_model", model)
+    rotary = getattr(decoder, "rotary_emb", None)
     if rotary is None:  # one without frequencies is refused by _rope_base_of
         raise UnsupportedModelError(
             f"{type(model).__name__}: no rotary embedding found (is it a RoPE model?)"
         )
-    return _rope_base_of(rotary, model.config, window)
+    return _rope_base_of(rotary, text_config(model.config), window)
 
 
 def rope_base_from_config(config: Any, window: int | None = None) -> RopeBase:
     """:func:`rope_base` of a model not loaded here (the vLLM backend's): transformers' own rotary
     embedding module of the config's architecture, built without weights, gives the same frequencies."""
+    config = text_config(config)
     model_type = getattr(config, "model_type", "")
     # the config class's package holds the modeling code (gemma3_text's is gemma3's)
     package = type(config).__module__.rpartition(".")[0]

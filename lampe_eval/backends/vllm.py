@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from ..errors import LampeEvalError, UnsupportedModelError
+from ..families import text_config
 from ..memory import GIB, KeyRows, MemoryEstimate, ModelShape, estimate, sequence_kv_bytes
 from ..methods.base import Method, RopeBase
 from ..models import LoadedModel, default_device, head_counts, known_config, parse_dtype
@@ -258,8 +259,9 @@ class VLLMBackend(BaseBackend):
             )
         config = known_config(name)
         why = family_refusal(name, config, methods)
-        if why is None and config is not None and any(method != "rope" for method in methods):
-            found = engine_refusal(config)
+        if why is None and config is not None:
+            methods_run = any(method != "rope" for method in methods)
+            found = (engine_refusal(config) if methods_run else None) or vllm_model_refusal(config)
             why = f"{name}: {found}" if found else None
         if why:
             raise UnsupportedModelError(why)
@@ -662,10 +664,24 @@ def engine_refusal(config: Any) -> str | None:
             f"vLLM runs {fallback[0]} through its Transformers fallback, whose attention lampe-eval cannot "
             "replace: use --backend hf (or --method rope)"
         )
-    if getattr(config, "attn_logit_softcapping", None):
+    if getattr(text_config(config), "attn_logit_softcapping", None):
         return (
             f"{config.model_type}: soft-capped attention logits (Gemma 2) are not computed by lampe-eval's "
             "attention on vLLM: use --backend hf"
+        )
+    return None
+
+
+def vllm_model_refusal(config: Any) -> str | None:
+    """A model vLLM 0.32 itself does not run, whatever the method: Qwen2 or Qwen3 with sliding-window layers
+    beside full ones (its ``Qwen2Model`` asserts every layer or none slides)."""
+    config = text_config(config)
+    layer_types = getattr(config, "layer_types", None) or []
+    qwen = getattr(config, "model_type", "") in ("qwen2", "qwen3")
+    if qwen and len(set(layer_types)) > 1 and config.max_window_layers != config.num_hidden_layers:
+        return (
+            f"vLLM 0.32 does not run {config.model_type} with sliding-window layers beside full ones "
+            f"(max_window_layers {config.max_window_layers} of {config.num_hidden_layers}): use --backend hf"
         )
     return None
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import gemma, gpt_neox, llama, olmo2, phi, phi3, qwen3, stablelm
-from .base import AttentionFamily
+from .base import AttentionFamily, text_config
 
 FAMILIES: tuple[AttentionFamily, ...] = (
     llama.FAMILY,
@@ -31,7 +31,8 @@ def family_of_layer(layer: Any) -> AttentionFamily | None:
 
 
 def family_of_config(config: Any) -> AttentionFamily | None:
-    model_type = getattr(config, "model_type", None)
+    """The family of a config's decoder (a multimodal config's text model)."""
+    model_type = getattr(text_config(config), "model_type", None)
     return next((family for family in FAMILIES if model_type in family.model_types), None)
 
 
@@ -39,4 +40,11 @@ def supported_model_types() -> tuple[str, ...]:
     return tuple(t for family in FAMILIES for t in family.model_types)
 
 
-__all__ = ["FAMILIES", "AttentionFamily", "attention_classes", "family_of_config", "family_of_layer"]
+__all__ = [
+    "FAMILIES",
+    "AttentionFamily",
+    "attention_classes",
+    "family_of_config",
+    "family_of_layer",
+    "text_config",
+]

@@ -25,6 +25,13 @@ def dense(layer: Any, out: torch.Tensor) -> torch.Tensor:
     return layer.dense(out)
 
 
+def text_config(config: Any) -> Any:
+    """The decoder's config of a model that wraps one (Gemma 3's multimodal checkpoints: the text model
+    inside ``Gemma3ForConditionalGeneration``, model type ``gemma3_text``), else ``config`` itself."""
+    get = getattr(config, "get_text_config", None)
+    return get(decoder=True) if get is not None else config
+
+
 def no_refusal(config: Any) -> str | None:
     return None
 
@@ -60,12 +67,13 @@ class AttentionFamily:
     def changed_layers(self, config: Any, applied: range) -> list[int]:
         """The layers a method changes: of those it applies to (``Method.patched_layers``), the ones it may
         change (:attr:`global_layers`: local, sliding-window layers keep their own attention)."""
-        allowed = set(self.global_layers(config))
+        allowed = set(self.global_layers(text_config(config)))
         return [i for i in applied if i in allowed]
 
     def global_config(self, config: Any) -> Any:
         """``config`` as the global layers see it: their RoPE parameters as the model's (what the frequency
         methods read and compose with)."""
+        config = text_config(config)
         if self.rope_parameters is None:
             return config
         flat = copy.deepcopy(config)
