@@ -43,9 +43,10 @@ def _chunks(n: int, rng: random.Random, chunked: bool) -> list[tuple[int, int]]:
     return list(zip(edges, edges[1:], strict=False))
 
 
-def _gap(method, prompt: int, chunked: bool, seed: int) -> float:
+def _gap(method, prompt: int, chunked: bool, seed: int, softcap: float | None = None) -> float:
     """Prefill one prompt (whole or in chunks) and decode STEPS tokens through a paged cache with scattered
-    blocks; the largest gap to the Hugging Face path (one RotatedKeyCache)."""
+    blocks; the largest gap to the Hugging Face path (one RotatedKeyCache); ``softcap``: logits soft-capped
+    on both."""
     rng, generator = random.Random(seed), torch.Generator().manual_seed(seed)
     budget = prompt + STEPS
     copies = method_key_copies(method, base())
@@ -53,7 +54,7 @@ def _gap(method, prompt: int, chunked: bool, seed: int) -> float:
     cache_tensor = torch.full((blocks_needed + 5, HKV, BLOCK, (copies + 1) * D), float("nan"))
     cache = PagedCache.view(cache_tensor, copies, D)
     table = torch.tensor(rng.sample(range(blocks_needed + 5), blocks_needed))
-    oracle_state, state = PatchState(method, base()), PatchState(method, base(), max_plans=8)
+    oracle_state, state = PatchState(method, base(), softcap=softcap), PatchState(method, base(), max_plans=8)
     oracle_cache = RotatedKeyCache(total_length=budget)
     rotated = method.fixed_key_positions()
     q, k, v = _tokens(prompt, generator)
@@ -62,9 +63,8 @@ def _gap(method, prompt: int, chunked: bool, seed: int) -> float:
     gap = 0.0
     for a, b in _chunks(prompt, rng, chunked):
         slots = table[torch.arange(a, b) // BLOCK] * BLOCK + torch.arange(a, b) % BLOCK
-        got = attend_paged(
-            cache, plan, SCALE, *(_tokens_first(t[:, :, a:b]) for t in (q, k, v)), slots, table, a, rotated
-        )
+        chunk = (_tokens_first(t[:, :, a:b]) for t in (q, k, v))
+        got = attend_paged(cache, plan, SCALE, *chunk, slots, table, a, rotated, softcap)
         gap = max(gap, float((_tokens_first(want[:, :, a:b]) - got).abs().max()))
     for step in range(STEPS):
         position = prompt + step
@@ -72,9 +72,8 @@ def _gap(method, prompt: int, chunked: bool, seed: int) -> float:
         want = attend_patched(oracle_state, 0, SCALE, q, k, v, oracle_cache)
         plan = state.plan(prompt, position + 1, budget)
         slot = table[position // BLOCK] * BLOCK + position % BLOCK
-        got = attend_paged(
-            cache, plan, SCALE, *(_tokens_first(t) for t in (q, k, v)), slot[None], table, position, rotated
-        )
+        new = (_tokens_first(t) for t in (q, k, v))
+        got = attend_paged(cache, plan, SCALE, *new, slot[None], table, position, rotated, softcap)
         gap = max(gap, float((_tokens_first(want) - got).abs().max()))
     assert key_copies(plan) <= copies
     return gap
@@ -91,6 +90,14 @@ def test_paged_cache_equals_each_sequence_alone(name):
                 assert gap < 2e-5, (name, trial, prompt, chunked, gap)
 
 
+@pytest.mark.parametrize("name", ["lampe", "selfextend", "dca", "dynamic_ntk"])
+def test_soft_capped_logits_on_the_paged_path_equal_the_hf_paths(name):
+    """Gemma 2's cap (2: these logits reach about 3) in a chunked prefill and the decode steps after it."""
+    method = create_method(name, WINDOW, 4 * WINDOW)
+    assert _gap(method, 3 * WINDOW + 5, True, seed=3, softcap=2.0) < 2e-5
+    assert _gap(method, 3 * WINDOW + 5, True, seed=3, softcap=None) < 2e-5
+
+
 def test_a_plan_with_more_copies_than_the_cache_is_refused():
     cache = PagedCache.view(torch.zeros(2, HKV, BLOCK, 2 * D), 1, D)
     with pytest.raises(ValueError, match="2 key copies"):
@@ -102,10 +109,10 @@ def test_a_cache_row_of_the_wrong_width_is_refused():
         PagedCache.view(torch.zeros(2, HKV, BLOCK, 2 * D), 2, D)
 
 
-def _batched_decode_gap(method, prompts: list[int], seed: int) -> float:
+def _batched_decode_gap(method, prompts: list[int], seed: int, softcap: float | None = None) -> float:
     """Prefill each prompt (its own blocks, scattered through one cache), then decode STEPS tokens for all
     of them as batches of one plan shape (:class:`PagedDecode`); the largest gap to the Hugging Face path
-    (each sequence alone)."""
+    (each sequence alone); ``softcap``: logits soft-capped on both."""
     rng, generator = random.Random(seed), torch.Generator().manual_seed(seed)
     budgets = [n + STEPS for n in prompts]
     copies = method_key_copies(method, base())
@@ -120,14 +127,16 @@ def _batched_decode_gap(method, prompts: list[int], seed: int) -> float:
     cache = PagedCache.view(
         torch.full((sum(needed) + 3, HKV, BLOCK, (copies + 1) * D), float("nan")), copies, D
     )
-    oracle_state, state = PatchState(method, base()), PatchState(method, base(), max_plans=64)
+    oracle_state = PatchState(method, base(), softcap=softcap)
+    state = PatchState(method, base(), max_plans=64)
     oracles = [RotatedKeyCache(total_length=b) for b in budgets]
     for row, n in enumerate(prompts):
         q, k, v = _tokens(n, generator)
         attend_patched(oracle_state, 0, SCALE, q, k, v, oracles[row])
         slots = tables[row, torch.arange(n) // BLOCK] * BLOCK + torch.arange(n) % BLOCK
         plan = state.plan(n, n, budgets[row])
-        attend_paged(cache, plan, SCALE, *(_tokens_first(t) for t in (q, k, v)), slots, tables[row], 0)
+        prompt = (_tokens_first(t) for t in (q, k, v))
+        attend_paged(cache, plan, SCALE, *prompt, slots, tables[row], 0, softcap=softcap)
     gap = 0.0
     for step in range(STEPS):
         new = [_tokens(1, generator) for _ in prompts]
@@ -150,7 +159,7 @@ def _batched_decode_gap(method, prompts: list[int], seed: int) -> float:
             )
             batch = PagedDecode([steps[r] for r in rows], slots, tables[index])
             q, k, v = (torch.cat([new[r][i][:, :, 0] for r in rows]) for i in range(3))
-            for r, out in zip(rows, batch.attend(cache, SCALE, q, k, v), strict=True):
+            for r, out in zip(rows, batch.attend(cache, SCALE, q, k, v, softcap), strict=True):
                 gap = max(gap, float((want[r] - out).abs().max()))
     return gap
 
@@ -165,6 +174,13 @@ def test_a_batched_decode_equals_each_sequence_alone(name):
         prompts = [WINDOW // 2 + 3, 3 * WINDOW + 5, 3 * WINDOW + 5, WINDOW + 1]
         gap = _batched_decode_gap(method, prompts, seed=trial)
         assert gap < 2e-5, (name, trial, gap)
+
+
+@pytest.mark.parametrize("name", ["lampe", "dca"])
+def test_a_batched_decode_with_soft_capped_logits_equals_each_sequence_alone(name):
+    method = create_method(name, WINDOW, 4 * WINDOW)
+    prompts = [WINDOW // 2 + 3, 3 * WINDOW + 5, WINDOW + 1]
+    assert _batched_decode_gap(method, prompts, seed=4, softcap=2.0) < 2e-5
 
 
 @pytest.mark.parametrize("name", [*POSITION_METHODS, "ms_poe"])

@@ -1,6 +1,6 @@
 """Model families beyond Llama on the vLLM backend (CPU): a random Gemma 3, whose sliding-window layers no
-method changes, and a random partial-rotary StableLM give the Hugging Face backend's greedy tokens and
-prompt log-probabilities."""
+method changes, a random Gemma 2 (soft-capped logits in the method's layers too) and a random
+partial-rotary StableLM give the Hugging Face backend's greedy tokens and prompt log-probabilities."""
 
 from __future__ import annotations
 
@@ -62,6 +62,30 @@ def gemma3(tmp_path_factory, smollm2_tokenizer) -> str:
 @pytest.mark.parametrize("name", ["lampe", "yarn"])
 def test_gemma3_runs_the_method_in_its_global_layers_alone(name: str, gemma3: str) -> None:
     _hf_and_vllm_agree(gemma3, name)
+
+
+@pytest.fixture(scope="module")
+def gemma2(tmp_path_factory, smollm2_tokenizer) -> str:
+    """A random Gemma 2: a sliding-window layer then a global one, logits soft-capped at 5 (small enough to
+    bend these logits), tied embeddings (vLLM's Gemma 2 has no separate output layer), scaled down so that
+    greedy tokens follow the layers rather than repeat one token."""
+    from lampe_eval.models import tiny_family
+
+    shape = {"heads": 4, "kv_heads": 2, "head_dim": 64, "window": WINDOW, "vocab": len(smollm2_tokenizer)}
+    local_then_global = {"layer_types": ["sliding_attention", "full_attention"], "sliding_window": 64}
+    net = tiny_family("gemma2", **shape, **local_then_global, tie_word_embeddings=True)
+    net.model.embed_tokens.weight.data *= 0.05
+    where = str(tmp_path_factory.mktemp("gemma2"))
+    net.save_pretrained(where)
+    smollm2_tokenizer.save_pretrained(where)
+    return where
+
+
+# LaMPE decodes through the batched paged decode, DCA (re-rotating no keys either) with one key copy; both
+# fail (log-probabilities off by 15) when the patched layer leaves the cap out
+@pytest.mark.parametrize("name", ["lampe", "dca"])
+def test_gemma2s_soft_capped_logits_are_capped_in_the_methods_layers(name: str, gemma2: str) -> None:
+    _hf_and_vllm_agree(gemma2, name)
 
 
 @pytest.fixture(scope="module")

@@ -87,12 +87,14 @@ def attend_paged(
     blocks: torch.Tensor,
     q_start: int,
     rotated: bool = True,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """One sequence's call: un-rotated ``query`` [n, Hq, D], ``key`` and ``value`` [n, Hkv, D] of tokens
     ``q_start..q_start+n-1`` (stored at ``slots``), attending its tokens ``0..q_start+n-1`` through its block
     table ``blocks`` following ``plan``; returns [n, Hq, D]. The arithmetic of the Hugging Face backend's
     patched attention: ``rotated`` keys are stored once per key copy; otherwise (positions that move with
-    the length) copy 0 holds un-rotated keys, all re-rotated by the plan at every call."""
+    the length) copy 0 holds un-rotated keys, all re-rotated by the plan at every call. ``softcap``: logits
+    soft-capped (Gemma 2), as the engine does."""
     end = q_start + key.shape[0]
     heads_first = [t.transpose(0, 1)[None] for t in (query, key, value)]  # [1, H, n, D]
     q, k, v = heads_first
@@ -103,9 +105,9 @@ def attend_paged(
     else:
         keys, values = cache.gather(blocks, end, len(new))
     if rotated:
-        out = attend_rotated(q, [(copy, 0) for copy in keys], values, plan, q_start, scale)
+        out = attend_rotated(q, [(copy, 0) for copy in keys], values, plan, q_start, scale, softcap=softcap)
     else:
-        out = segmented_attention(q, keys[0], values, plan, q_start, scale)
+        out = segmented_attention(q, keys[0], values, plan, q_start, scale, softcap=softcap)
     return out[0].transpose(0, 1)
 
 
@@ -175,10 +177,17 @@ class PagedDecode:
         return (*(t.to(self.device) for t in moved), slabs, counts)
 
     def attend(
-        self, cache: PagedCache, scale: float, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
+        self,
+        cache: PagedCache,
+        scale: float,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        softcap: float | None = None,
     ) -> torch.Tensor:
         """The rows' un-rotated ``query`` [rows, Hq, D], ``key`` and ``value`` [rows, Hkv, D]: store the new
-        keys (rotated at every copy) and values, attend; returns [rows, Hq, D]."""
+        keys (rotated at every copy) and values, attend; returns [rows, Hq, D]. ``softcap``: logits
+        soft-capped as ``softcap * tanh(logit / softcap)`` (Gemma 2)."""
         rows, q_heads, dim = query.shape
         kv_heads = key.shape[1]
         group = q_heads // kv_heads
@@ -191,7 +200,7 @@ class PagedDecode:
             self._scaled[scale] = self.query_rotation * scale
         queries = _rotate(query, self._scaled[scale]).view(rows, kv_heads, group, -1, dim)
         queries = queries.permute(1, 0, 3, 2, 4).reshape(kv_heads, -1, group, dim).float().contiguous()
-        peaks, sums, outs = self._tile_statistics(cache, queries)  # queries: [Hkv, runs, group, D]
+        peaks, sums, outs = self._tile_statistics(cache, queries, softcap)  # queries: [Hkv, runs, group, D]
         index = tile_row[None, :, None].expand_as(peaks)
         peak = peaks.new_full((kv_heads, rows, group), float("-inf")).scatter_reduce_(
             1, index, peaks, "amax", include_self=True
@@ -201,15 +210,19 @@ class PagedDecode:
         out = outs.new_zeros((kv_heads, rows, group, dim)).index_add_(1, tile_row, outs * factor[..., None])
         return (out / total[..., None]).transpose(0, 1).reshape(rows, q_heads, dim).to(query.dtype)
 
-    def _tile_statistics(self, cache: PagedCache, queries: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def _tile_statistics(
+        self, cache: PagedCache, queries: torch.Tensor, softcap: float | None
+    ) -> tuple[torch.Tensor, ...]:
         """Each tile's softmax peak and sum [Hkv, tiles, group] and weighted values [Hkv, tiles, group, D]:
-        one Triton kernel per key copy where it runs (``paged_triton.py``), else gathered slabs."""
+        one Triton kernel per key copy where it runs (``paged_triton.py``; no soft cap), else gathered
+        slabs."""
         kv_heads, _, group, dim = queries.shape
         assert self._where is not None, "attend() computes the tiles first"
         blocks, mask, _, tile_query, start, lo, hi, slabs, counts = self._where
         peaks = queries.new_empty((kv_heads, blocks.shape[0], group))
         sums, outs = torch.empty_like(peaks), queries.new_empty((*peaks.shape, dim))
-        if paged_triton.usable(queries, cache.block_size, blocks.shape[1] * cache.block_size, dim):
+        keys_per_tile = blocks.shape[1] * cache.block_size
+        if not softcap and paged_triton.usable(queries, cache.block_size, keys_per_tile, dim):
             ends = list(itertools.accumulate(counts))  # the copies' tile ranges (tiles are sorted by copy)
             for copy, (a, b) in enumerate(zip([0, *ends], ends, strict=False)):
                 if b > a:
@@ -223,7 +236,10 @@ class PagedDecode:
                 plane.transpose(0, 1)[:, blocks[a:b]].reshape(kv_heads, b - a, -1, dim).float()
                 for plane in (cache.keys[copy], cache.values)
             )
-            scores = queries[:, tile_query[a:b]] @ keys.transpose(2, 3) + mask[:, a:b]
+            scores = queries[:, tile_query[a:b]] @ keys.transpose(2, 3)
+            if softcap:
+                scores = softcap * torch.tanh(scores / softcap)
+            scores = scores + mask[:, a:b]
             peaks[:, a:b] = scores.amax(-1)
             weights = torch.exp(scores - peaks[:, a:b, :, None])
             sums[:, a:b] = weights.sum(-1)

@@ -656,18 +656,12 @@ def _transformers_fallback(architecture: str) -> bool:
 def engine_refusal(config: Any) -> str | None:
     """What the vLLM backend cannot run a method on beyond the families' own refusals: an architecture vLLM
     runs through its Transformers fallback (no vLLM attention module of its own for the method to replace:
-    OLMo 2 in vLLM 0.32), and soft-capped attention logits (Gemma 2), which the paged attention does not
-    compute."""
+    OLMo 2 in vLLM 0.32)."""
     fallback = [a for a in getattr(config, "architectures", None) or [] if _transformers_fallback(a)]
     if fallback:
         return (
             f"vLLM runs {fallback[0]} through its Transformers fallback, whose attention lampe-eval cannot "
             "replace: use --backend hf (or --method rope)"
-        )
-    if getattr(text_config(config), "attn_logit_softcapping", None):
-        return (
-            f"{config.model_type}: soft-capped attention logits (Gemma 2) are not computed by lampe-eval's "
-            "attention on vLLM: use --backend hf"
         )
     return None
 

@@ -203,10 +203,11 @@ def attend(
     value: torch.Tensor,
     kv_cache: torch.Tensor,
     output: torch.Tensor,
+    softcap: float | None = None,
 ) -> None:
     """A patched layer's attention for the pass ``step``: each sequence's new keys (rotated per key copy)
     and values into the layer's paged cache ``kv_cache``, each sequence's queries over its own keys,
-    written into ``output``."""
+    written into ``output``; ``softcap``: the layer's logit soft cap (Gemma 2), if any."""
     cache = PagedCache.view(kv_cache, engine_key_copies(), query.shape[-1])
     rotated = layer.plans.state.method.fixed_key_positions()
     order = layer.plans.state.head_order(query.device)
@@ -225,10 +226,11 @@ def attend(
             step.block_table[row.table_row],
             row.q_start,
             rotated,
+            softcap,
         )
         output[rows] = out.reshape(output[rows].shape).to(output.dtype)
     for tokens, batch in step.decodes:
-        out = batch.attend(cache, scale, query[tokens], key[tokens], value[tokens])
+        out = batch.attend(cache, scale, query[tokens], key[tokens], value[tokens], softcap)
         output[tokens] = out.reshape(out.shape[0], *output.shape[1:]).to(output.dtype)
 
 
@@ -320,7 +322,8 @@ class LampeAttentionImpl(_BaseImpl):  # type: ignore[misc, valid-type]
             return super().forward(layer, query, key, value, kv_cache, attn_metadata, output, *args, **kwargs)
         if attn_metadata.lampe is None:
             raise LampeEvalError("vllm: a patched layer ran in a pass its metadata builder did not prepare")
-        attend(patched, attn_metadata.lampe, self.scale, query, key, value, kv_cache, output)
+        softcap = getattr(self, "logits_soft_cap", None) or None  # the platform's impl keeps it (0: none)
+        attend(patched, attn_metadata.lampe, self.scale, query, key, value, kv_cache, output, softcap)
         return output
 
     def do_kv_cache_update(
