@@ -642,6 +642,29 @@ def tiny_family(name: str, *, vary_norms: bool = True, **shape: Any) -> Any:
     return net
 
 
+def save_random_checkpoint(net: Any, where: str, tokenizer: Any, seed: int = 3) -> str:
+    """``net`` (a tiny random model) saved with ``tokenizer`` in ``where`` as a checkpoint both backends
+    load, its weights drawn so that no token is a near tie (norms' weights in [0.5, 1.5), the others normal
+    with deviation 0.2) and its special token ids inside the vocabulary (vLLM checks them)."""
+    generator = torch.Generator().manual_seed(seed)
+    for name, parameter in net.named_parameters():
+        if "norm" in name:
+            parameter.data = torch.rand(parameter.shape, generator=generator) + 0.5
+        else:
+            parameter.data = torch.randn(parameter.shape, generator=generator) * 0.2
+    vocab = net.config.vocab_size
+    for config in (net.config, getattr(net, "generation_config", None)):
+        for field_name in ("bos_token_id", "eos_token_id", "pad_token_id"):
+            value = getattr(config, field_name, None)
+            if isinstance(value, int) and value >= vocab:
+                setattr(config, field_name, 0)
+    if getattr(net.config, "num_key_value_heads", 0) is None:  # as GPT-NeoX's configs: no such field
+        del net.config.num_key_value_heads
+    net.save_pretrained(where)
+    tokenizer.save_pretrained(where)
+    return where
+
+
 def shaped_config(
     *,
     layers: int,

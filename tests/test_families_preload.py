@@ -49,15 +49,15 @@ def test_a_supported_family_passes(tmp_path):
     HFBackend.check_model(saved_config(tmp_path, "qwen3"), ["lampe", "dca"])
 
 
-def test_vllms_transformers_fallback_is_refused_for_a_method(tmp_path):
+@pytest.mark.parametrize("model_type", ["olmo2", "phi", "gpt_neox"])
+def test_models_vllm_runs_through_its_transformers_backend_take_a_method(tmp_path, model_type):
+    """vLLM 0.32 runs OLMo 2, Phi and GPT-NeoX with transformers' modules: a method goes in there too."""
     pytest.importorskip("vllm")
     from lampe_eval.backends.vllm import VLLMBackend
 
-    model = saved_config(tmp_path, "olmo2")
-    with pytest.raises(UnsupportedModelError, match="Transformers fallback.*--backend hf"):
-        VLLMBackend.check_model(model, ["lampe"])
-    VLLMBackend.check_model(model, ["rope"])
-    HFBackend.check_model(model, ["lampe"])  # the HF backend runs OLMo 2
+    model = saved_config(tmp_path, model_type)
+    VLLMBackend.check_model(model, ["lampe", "dca"])
+    HFBackend.check_model(model, ["lampe", "dca"])
 
 
 @pytest.mark.usefixtures("no_model")

@@ -1,6 +1,7 @@
 """Model families beyond Llama on the vLLM backend (CPU): a random Gemma 3, whose sliding-window layers no
-method changes, a random Gemma 2 (soft-capped logits in the method's layers too) and a random
-partial-rotary StableLM give the Hugging Face backend's greedy tokens and prompt log-probabilities."""
+method changes, a random Gemma 2 (soft-capped logits in the method's layers too), a random
+partial-rotary StableLM, and OLMo 2 and GPT-NeoX, which vLLM 0.32 runs through its Transformers backend
+(transformers' own modules), give the Hugging Face backend's greedy tokens and prompt log-probabilities."""
 
 from __future__ import annotations
 
@@ -23,18 +24,22 @@ from tests.test_vllm_parallel import NEW, PROMPT, WINDOW, prompt  # noqa: E402
 pytestmark = pytest.mark.slow
 
 
-def _hf_and_vllm_agree(where: str, name: str, rotary_dim: int | None = None) -> None:
+def _hf_and_vllm_agree(
+    where: str, name: str, rotary_dim: int | None = None, one_process: bool = True
+) -> None:
     """Method ``name`` on the model saved in ``where``: vLLM's greedy tokens are the HF backend's, its
-    prompt log-probabilities within LOGPROB_TOLERANCE."""
+    prompt log-probabilities within LOGPROB_TOLERANCE, and the method changes them (so vLLM ran it)."""
     hf = HFBackend(load_model(where))
     if rotary_dim is not None:
         assert hf.rope_base().rotary_dim == rotary_dim
     method = resolve_method(name, WINDOW, PROMPT + NEW, base=hf.rope_base()).method
     request = GenerationRequest("", NEW, input_ids=prompt(PROMPT, 9))
+    unpatched = hf_prompt_logprobs(hf, list(request.input_ids or ()))
     with hf.install(method):
         expected = hf.generate([request])[0].token_ids
         expected_logprobs = hf_prompt_logprobs(hf, list(request.input_ids or ()))
-    backend = VLLMBackend(load_for_engine(where), batch_size=1, dtype="fp32", one_process=True)
+    assert (expected_logprobs - unpatched).abs().max().item() > 100 * LOGPROB_TOLERANCE
+    backend = VLLMBackend(load_for_engine(where), batch_size=1, dtype="fp32", one_process=one_process)
     try:
         with backend.install(method):
             got = backend.generate([request])[0].token_ids
@@ -86,6 +91,29 @@ def gemma2(tmp_path_factory, smollm2_tokenizer) -> str:
 @pytest.mark.parametrize("name", ["lampe", "dca"])
 def test_gemma2s_soft_capped_logits_are_capped_in_the_methods_layers(name: str, gemma2: str) -> None:
     _hf_and_vllm_agree(gemma2, name)
+
+
+@pytest.fixture(scope="module")
+def through_transformers(tmp_path_factory, smollm2_tokenizer):
+    """A random model of a family vLLM 0.32 runs through its Transformers backend, by family name."""
+    from lampe_eval.models import save_random_checkpoint, tiny_family
+
+    def saved(name: str) -> str:
+        net = tiny_family(name, vary_norms=False, head_dim=64, window=WINDOW, vocab=len(smollm2_tokenizer))
+        return save_random_checkpoint(net, str(tmp_path_factory.mktemp(name)), smollm2_tokenizer, seed=7)
+
+    return saved
+
+
+# OLMo 2: norms over the whole query and key projections, LaMPE's two key copies; GPT-NeoX: one fused
+# head-by-head projection, a quarter of each head turning, DCA. The engine runs in its own process: vLLM
+# 0.32's Transformers backend decorates transformers' model class in place, and a second engine loading it
+# in one process fails (`lampe-eval run` starts every engine in its own process).
+@pytest.mark.parametrize(("family", "name"), [("olmo2", "lampe"), ("gpt_neox", "dca")])
+def test_a_model_vllm_runs_with_transformers_modules_takes_the_method(
+    family: str, name: str, through_transformers
+) -> None:
+    _hf_and_vllm_agree(through_transformers(family), name, one_process=False)
 
 
 @pytest.fixture(scope="module")

@@ -247,7 +247,7 @@ class VLLMBackend(BaseBackend):
     @classmethod
     def check_model(cls, name: str, methods: Sequence[str] = (), settings: RunSettings | None = None) -> None:
         """Refuse, before loading, a model the vLLM backend cannot load (a .gguf file), one whose family
-        cannot take a method, one this engine cannot run a method on (:func:`engine_refusal`), and one whose
+        cannot take a method, one vLLM itself does not run (:func:`vllm_model_refusal`), and one whose
         heads do not split over the tensor-parallel ranks asked (``--gpus-per-worker``)."""
         from ..models import resolve_source
 
@@ -260,8 +260,7 @@ class VLLMBackend(BaseBackend):
         config = known_config(name)
         why = family_refusal(name, config, methods)
         if why is None and config is not None:
-            methods_run = any(method != "rope" for method in methods)
-            found = (engine_refusal(config) if methods_run else None) or vllm_model_refusal(config)
+            found = vllm_model_refusal(config)
             why = f"{name}: {found}" if found else None
         if why:
             raise UnsupportedModelError(why)
@@ -488,7 +487,7 @@ class VLLMBackend(BaseBackend):
     @contextmanager
     def _installed(self, method: Method) -> Iterator[None]:
         if method.kind != "baseline":
-            why = family_refusal(self.source, self.config, [method.name]) or engine_refusal(self.config)
+            why = family_refusal(self.source, self.config, [method.name])
             heads, kv_heads = head_counts(self.config)
             if not why and heads and kv_heads and method.key_heads(heads, kv_heads) != kv_heads:
                 why = (
@@ -640,28 +639,6 @@ def tensor_parallel_refusal(config: Any, ranks: int) -> str | None:
         return (
             f"{heads} query and {kv_heads} key heads do not split over {ranks} tensor-parallel ranks: use a "
             f"--gpus-per-worker that divides {heads} (and divides or is a multiple of {kv_heads})"
-        )
-    return None
-
-
-def _transformers_fallback(architecture: str) -> bool:
-    """Whether vLLM has no model class of its own for ``architecture`` and runs transformers' instead."""
-    try:
-        from vllm.model_executor.models import registry
-    except ImportError:  # no vLLM here: the engine's own check says so
-        return False
-    return architecture in getattr(registry, "_TRANSFORMERS_SUPPORTED_MODELS", {})
-
-
-def engine_refusal(config: Any) -> str | None:
-    """What the vLLM backend cannot run a method on beyond the families' own refusals: an architecture vLLM
-    runs through its Transformers fallback (no vLLM attention module of its own for the method to replace:
-    OLMo 2 in vLLM 0.32)."""
-    fallback = [a for a in getattr(config, "architectures", None) or [] if _transformers_fallback(a)]
-    if fallback:
-        return (
-            f"vLLM runs {fallback[0]} through its Transformers fallback, whose attention lampe-eval cannot "
-            "replace: use --backend hf (or --method rope)"
         )
     return None
 

@@ -14,8 +14,8 @@ lampe-eval's engine runs over vLLM's own paged cache (:mod:`lampe_eval.attention
 * :class:`LampeMetadataBuilder` sorts each forward pass's rows once, in ``build`` (:class:`Pass`), into the
   metadata every layer reads.
 
-Each patched ``Attention`` layer carries a :class:`PatchedLayer` (:func:`patched_layer`): its module's own
-rotary embedding, put back by uninstall; on the attention path an :class:`EngineLayer`, which adds the
+Each patched ``Attention`` layer carries a :class:`PatchedLayer` (:func:`patched_layer`): what puts its
+module's own rotation back at uninstall; on the attention path an :class:`EngineLayer`, which adds the
 :class:`RequestPlans` all patched layers share.
 """
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -138,11 +138,12 @@ class RequestPlans:
 
 @dataclass
 class PatchedLayer:
-    """What a patched vLLM ``Attention`` layer carries: the attention module (its parent) whose rotary
-    embedding the method replaced, and that module's own one."""
+    """What a patched vLLM ``Attention`` layer carries: the attention module (its parent) whose rotation
+    the method replaced, and what puts the module's own back (its rotary embedding, or, in vLLM's
+    Transformers backend, the removal of the hook that hands it unrotated position embeddings)."""
 
     module: torch.nn.Module
-    rotary: torch.nn.Module
+    restore: Callable[[], None]
 
 
 @dataclass

@@ -8,8 +8,10 @@ functions that install a method into the loaded model, called by the main proces
   frequencies and attention factor): vLLM's own rotary kernel and attention run unchanged.
 * every **other method** (the position methods, dynamic NTK, any method with ``infoscale``, any method on
   a partial rotary model: vLLM's rotary code scales only the turning dimensions by an attention factor,
-  the engine the whole logit, as the YaRN paper defines the temperature and the HF backend does): the patched
-  layers' rotary embedding lets the query and key through un-rotated, and their attention runs
+  the engine the whole logit, as the YaRN paper defines the temperature and the HF backend does; any
+  method on a model vLLM runs through its Transformers backend, whose layers have no rotary module of
+  their own): the patched layers' rotary embedding lets the query and key through un-rotated (in the
+  Transformers backend: their position embeddings made cos 1, sin 0 by a hook), and their attention runs
   lampe-eval's engine over vLLM's paged cache, its keys rotated once per key copy
   (:mod:`.vllm_attention`, the Hugging Face backend's arithmetic). Each sequence has its own plan, from
   its own request (LaMPE's mapping follows its prompt length). The engine must have been started for the
@@ -22,9 +24,10 @@ uninstall puts back what they record.
 from __future__ import annotations
 
 import copy
+import inspect
 import json
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import torch
@@ -64,14 +67,25 @@ class _Unrotated(torch.nn.Module):
         return query, key
 
 
+def _takes_position_embeddings(module: torch.nn.Module) -> bool:
+    """Whether ``module`` is a transformers attention module (vLLM's Transformers backend runs them): its
+    decoder hands it the cos/sin of the positions (``position_embeddings``) instead of a rotary module."""
+    try:
+        return "position_embeddings" in inspect.signature(module.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 def _attention_modules(model: torch.nn.Module) -> dict[int, torch.nn.Module]:
-    """The model's attention modules by layer index: those holding a rotary embedding and an ``attn``
-    (vLLM's ``Attention`` layer)."""
+    """The model's attention modules by layer index: those holding an ``attn`` (vLLM's ``Attention``
+    layer) and a rotary embedding (vLLM's own model classes) or taking position embeddings (transformers'
+    modules in vLLM's Transformers backend: OLMo 2, Phi, GPT-NeoX in vLLM 0.32)."""
     from vllm.model_executor.models.utils import extract_layer_index
 
     found = {}
     for name, module in model.named_modules():
-        if hasattr(module, "rotary_emb") and hasattr(module, "attn"):
+        rotary = hasattr(module, "rotary_emb") or _takes_position_embeddings(module)
+        if rotary and hasattr(module, "attn"):
             try:
                 found[extract_layer_index(name)] = module
             except (AssertionError, IndexError) as error:  # no single layer number in the name
@@ -138,7 +152,9 @@ def install(worker: WorkerBase, method: Method, base: RopeBase) -> str:
     applied = method.patched_layers(len(modules))
     changed = family.changed_layers(base.config, applied) if family else list(applied)
     patched = [i for i in changed if i in modules]
-    own_rotary = not method.infoscale and base.rotary_dim == base.head_dim  # see the module docstring
+    # see the module docstring (a Transformers backend module has no rotary embedding to give a table)
+    native = all(hasattr(modules[i], "rotary_emb") for i in patched)
+    own_rotary = native and not method.infoscale and base.rotary_dim == base.head_dim
     if isinstance(method, FrequencyMethod) and method.fixed_key_positions() and own_rotary:
         _install_frequencies([modules[i] for i in patched], method, base)
         return "frequencies"
@@ -150,9 +166,39 @@ def install(worker: WorkerBase, method: Method, base: RopeBase) -> str:
         check_lampe_attention(modules[index].attn)
     for index in patched:
         module = modules[index]
-        patch_layer(module.attn, EngineLayer(module, module.rotary_emb, plans))
-        module.rotary_emb = _Unrotated()
+        patch_layer(module.attn, EngineLayer(module, _unrotate(module), plans))
     return "attention"
+
+
+def _unrotate(module: torch.nn.Module) -> Callable[[], None]:
+    """Let query and key through ``module`` unrotated (the method rotates them); returns what undoes it."""
+    own = getattr(module, "rotary_emb", None)
+    if own is not None:
+        module.rotary_emb = _Unrotated()
+        return _restorer(module, own)
+    return module.register_forward_pre_hook(_no_turn, with_kwargs=True).remove
+
+
+def _restorer(module: torch.nn.Module, rotary: torch.nn.Module) -> Callable[[], None]:
+    """What gives ``module`` its rotary embedding ``rotary`` back."""
+
+    def restore() -> None:
+        module.rotary_emb = rotary
+
+    return restore
+
+
+def _no_turn(module: torch.nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """A transformers attention module's position embeddings made cos = 1, sin = 0: its RoPE call turns
+    nothing (the turning part of a partial head too)."""
+    if "position_embeddings" not in kwargs:
+        raise LampeEvalError(
+            f"vllm: {type(module).__name__} got its position embeddings positionally; lampe-eval cannot "
+            "hand it unrotated ones (use --backend hf)"
+        )
+    cos, sin = kwargs["position_embeddings"]
+    kwargs["position_embeddings"] = (torch.ones_like(cos), torch.zeros_like(sin))
+    return args, kwargs
 
 
 def rank_heads(worker: WorkerBase, base: RopeBase) -> tuple[slice, slice] | None:
@@ -211,7 +257,7 @@ def _install_frequencies(modules: list[torch.nn.Module], method: FrequencyMethod
         if id(own) not in replaced:
             positions, dtype = own.cos_sin_cache.shape[0], own.cos_sin_cache.dtype
             replaced[id(own)] = _with_table(own, frequency_table(method, base, positions, dtype))
-        patch_layer(module.attn, PatchedLayer(module, own))
+        patch_layer(module.attn, PatchedLayer(module, _restorer(module, own)))
         module.rotary_emb = replaced[id(own)]
 
 
@@ -220,7 +266,7 @@ def uninstall(worker: WorkerBase) -> None:
     for layer in _attention_layers(worker):
         patched = patched_layer(layer)
         if patched is not None:
-            patched.module.rotary_emb = patched.rotary
+            patched.restore()
             patch_layer(layer, None)
 
 
