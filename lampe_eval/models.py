@@ -78,6 +78,13 @@ PRESETS: dict[str, ModelPreset] = {
         ),
         ModelPreset("gemma3-1b-it", "google/gemma-3-1b-it", 32768, True, "5 local : 1 global layers"),
         ModelPreset("gemma3-270m-it", "google/gemma-3-270m-it", 32768, True, "5 local : 1 global layers"),
+        ModelPreset(
+            "gemma3-12b-it",
+            "google/gemma-3-12b-it",
+            131072,
+            True,
+            "multimodal checkpoint, its text model; 5 local : 1 global layers, global RoPE linear x8",
+        ),
     ]
 }
 DEFAULT_MODEL = "smollm2-135m"

@@ -27,8 +27,9 @@ def refusal(config: Any) -> str | None:
     kind = rope.get("rope_type", rope.get("type", "default")) if isinstance(rope, dict) else "default"
     if kind not in ("default", None):
         return (
-            f"{config.model_type}: the model's own {kind!r} RoPE scaling would sit under the method: use a "
-            "checkpoint without it (e.g. the 4K Phi-3 models) or --method rope"
+            f"{config.model_type}: the model's own {kind!r} RoPE scaling (rope_scaling in its config.json) "
+            "would sit under the method: use a checkpoint without it (e.g. the 4K Phi-3 models) or --method "
+            "rope"
         )
     return None
 
