@@ -231,20 +231,33 @@ class PagedDecode:
                         queries, cache.keys[copy], cache.values, tiles, a, (peaks, sums, outs)
                     )
             return peaks, sums, outs
-        for copy, a, b in slabs:  # a slab's keys and values, heads first: [Hkv, tiles, keys per tile, D]
-            keys, values = (
-                plane.transpose(0, 1)[:, blocks[a:b]].reshape(kv_heads, b - a, -1, dim).float()
-                for plane in (cache.keys[copy], cache.values)
-            )
-            scores = queries[:, tile_query[a:b]] @ keys.transpose(2, 3)
+        for copy, a, b in slabs:  # a slab's keys and values, tiles first: [tiles, Hkv, keys per tile, D]
+            keys, values = (_read_tiles(plane, blocks[a:b]) for plane in (cache.keys[copy], cache.values))
+            scores = queries[:, tile_query[a:b]].transpose(0, 1) @ keys.transpose(
+                2, 3
+            )  # [tiles, Hkv, group, K]
             if softcap:
                 scores = softcap * torch.tanh(scores / softcap)
-            scores = scores + mask[:, a:b]
-            peaks[:, a:b] = scores.amax(-1)
-            weights = torch.exp(scores - peaks[:, a:b, :, None])
-            sums[:, a:b] = weights.sum(-1)
-            outs[:, a:b] = weights @ values
+            scores = scores + mask[0, a:b, None]
+            peak = scores.amax(-1)
+            weights = torch.exp(scores - peak[..., None])
+            peaks[:, a:b] = peak.transpose(0, 1)
+            sums[:, a:b] = weights.sum(-1).transpose(0, 1)
+            outs[:, a:b] = (weights @ values).transpose(0, 1)
         return peaks, sums, outs
+
+
+def _read_tiles(plane: torch.Tensor, blocks: torch.Tensor) -> torch.Tensor:
+    """The keys (or values) of tiles of whole cache blocks ``blocks`` [tiles, blocks per tile] from a plane
+    [cache blocks, heads, block size, D]: [tiles, heads, keys per tile, D] in fp32. Read by
+    ``index_select`` along the cache blocks (one contiguous run per block and head: 4x faster on this
+    CPU than indexing the heads-first view)."""
+    tiles, per_tile = blocks.shape
+    read = torch.index_select(plane, 0, blocks.reshape(-1))  # [tiles * per tile, heads, block size, D]
+    heads, block, dim = read.shape[1:]
+    if per_tile > 1:
+        read = read.view(tiles, per_tile, heads, block, dim).transpose(1, 2)
+    return read.reshape(tiles, heads, per_tile * block, dim).float()
 
 
 def decode_shape(step: SegmentStep) -> tuple:
