@@ -80,12 +80,14 @@ def _attention_modules(model: torch.nn.Module) -> dict[int, torch.nn.Module]:
     """The model's attention modules by layer index: those holding an ``attn`` (vLLM's ``Attention``
     layer) and a rotary embedding (vLLM's own model classes) or taking position embeddings (transformers'
     modules in vLLM's Transformers backend: OLMo 2, Phi, GPT-NeoX in vLLM 0.32)."""
+    from vllm.model_executor.layers.attention import Attention
     from vllm.model_executor.models.utils import extract_layer_index
 
     found = {}
     for name, module in model.named_modules():
-        rotary = hasattr(module, "rotary_emb") or _takes_position_embeddings(module)
-        if rotary and hasattr(module, "attn"):
+        # a decoder's attention (a vision encoder's is vLLM's MMEncoderAttention, not Attention)
+        decoder = isinstance(getattr(module, "attn", None), Attention)
+        if decoder and (hasattr(module, "rotary_emb") or _takes_position_embeddings(module)):
             try:
                 found[extract_layer_index(name)] = module
             except (AssertionError, IndexError) as error:  # no single layer number in the name
