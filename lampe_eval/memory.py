@@ -114,12 +114,19 @@ def kv_bytes_per_token(shape: ModelShape, copies: int, dtype_bytes: int = 2) -> 
     return (shape.layers - shape.local_layers) * shape.key_width * (copies + 1) * dtype_bytes
 
 
+def local_kv_elements(shape: ModelShape, length: int) -> int:
+    """Elements of cache the sliding-window layers hold for a sequence of ``length`` tokens (one key copy:
+    no method changes them): a key and a value for the tokens of one window at most."""
+    return shape.local_layers * shape.key_width * 2 * min(length, shape.local_window)
+
+
 def sequence_kv_bytes(shape: ModelShape, copies: int, length: int, dtype_bytes: int = 2) -> int:
     """Bytes of cache one sequence of ``length`` tokens takes: :func:`kv_bytes_per_token` for each token,
-    and in the sliding-window layers (one key copy: no method changes them) a key and a value for the tokens
-    of one window at most."""
-    local = shape.local_layers * shape.key_width * 2 * min(length, shape.local_window) * dtype_bytes
-    return kv_bytes_per_token(shape, copies, dtype_bytes) * length + local
+    and :func:`local_kv_elements` in the sliding-window layers."""
+    return (
+        kv_bytes_per_token(shape, copies, dtype_bytes) * length
+        + local_kv_elements(shape, length) * dtype_bytes
+    )
 
 
 @dataclass(frozen=True)
@@ -210,8 +217,7 @@ def estimate(
     Hugging Face backend)."""
     keys = keys or KeyRows(length)
     full = (shape.layers - shape.local_layers) * shape.key_width * (length + keys.rows)
-    local = shape.local_layers * shape.key_width * 2 * min(length, shape.local_window)
-    kv = batch * (full + local) * dtype_bytes
+    kv = batch * (full + local_kv_elements(shape, length)) * dtype_bytes
     tokens = batch * min(length, prefill_tokens or length)
     mlp = 4 * shape.hidden_width + 3 * shape.mlp_width
     attention = 4 * shape.hidden_width + 3 * shape.query_width + (2 + keys.copies) * shape.key_width

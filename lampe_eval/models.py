@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from .errors import LampeEvalError, MissingDataError, UnsupportedModelError, unknown
+from .families.base import text_config
 
 log = logging.getLogger(__name__)
 
@@ -300,8 +301,6 @@ def _load_hf(
 def head_counts(config: Any) -> tuple[int, int]:
     """A config's (query heads, key heads): the key heads default to the query heads (no grouping); (0, 0)
     when the config does not say."""
-    from .families.base import text_config
-
     config = text_config(config)
     heads = int(getattr(config, "num_attention_heads", None) or 0)
     return heads, int(getattr(config, "num_key_value_heads", None) or heads)
@@ -311,8 +310,6 @@ def window_from_config(config: Any) -> int:
     """The pretraining window: the original context when the config carries an inference-time rope
     scaling (YaRN, dynamic, ...), else ``max_position_embeddings``. Llama-3.1's "llama3" scaling is part
     of its long-context training (to 128K), so its window is ``max_position_embeddings``."""
-    from .families.base import text_config
-
     config = text_config(config)
     rope = getattr(config, "rope_parameters", None) or {}
     if not isinstance(rope, dict) or rope.get("rope_type") == "llama3":
@@ -480,8 +477,6 @@ def load_model(
 def attention_implementation(config: Any, wanted: str = "sdpa") -> str:
     """The attention implementation a model runs with: ``wanted``, except ``eager`` for soft-capped logits
     (Gemma 2), which transformers' SDPA path drops without a word."""
-    from .families.base import text_config
-
     return "eager" if getattr(text_config(config), "attn_logit_softcapping", None) else wanted
 
 

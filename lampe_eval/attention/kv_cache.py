@@ -385,7 +385,6 @@ class RotatedKeyCache(GrowingCache):
     ``identity_within_window``). ``generation`` is set by the patched attention at the prefill."""
 
     def __init__(self, config: Any = None, total_length: int | None = None, offloading: bool = False) -> None:
-        self.total_length = total_length  # new_layer reads it while the layers are made
         super().__init__(config, total_length, offloading)
         self.generation: Generation | None = None
 

@@ -233,9 +233,8 @@ class PagedDecode:
             return peaks, sums, outs
         for copy, a, b in slabs:  # a slab's keys and values, tiles first: [tiles, Hkv, keys per tile, D]
             keys, values = (_read_tiles(plane, blocks[a:b]) for plane in (cache.keys[copy], cache.values))
-            scores = queries[:, tile_query[a:b]].transpose(0, 1) @ keys.transpose(
-                2, 3
-            )  # [tiles, Hkv, group, K]
+            tile_queries = queries[:, tile_query[a:b]].transpose(0, 1)  # [tiles, Hkv, group, D]
+            scores = tile_queries @ keys.transpose(2, 3)  # [tiles, Hkv, group, keys per tile]
             if softcap:
                 scores = softcap * torch.tanh(scores / softcap)
             scores = scores + mask[0, a:b, None]

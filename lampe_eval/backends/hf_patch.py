@@ -66,10 +66,10 @@ def new_cache(model: Any, total_length: int | None = None) -> Any:
     config = getattr(model, "config", None)
     # what generate itself would make (a config with sliding-window layers gets sliding layers), appending
     # in place
-    text_config = config.get_text_config(decoder=True) if config is not None else None
+    decoder_config = text_config(config) if config is not None else None
     if getattr(model, _STATE_ATTR, None) is not None:
-        return RotatedKeyCache(text_config, total_length)
-    return GrowingCache(text_config, total_length)
+        return RotatedKeyCache(decoder_config, total_length)
+    return GrowingCache(decoder_config, total_length)
 
 
 @dataclass
