@@ -11,7 +11,14 @@ import pytest
 import torch
 
 from lampe_eval.attention.kv_cache import RotatedKeyCache
-from lampe_eval.attention.paged import PagedCache, PagedDecode, attend_paged, decode_shape, key_copies
+from lampe_eval.attention.paged import (
+    EngineKernel,
+    PagedCache,
+    PagedDecode,
+    attend_paged,
+    decode_shape,
+    key_copies,
+)
 from lampe_eval.backends.hf_patch import PatchState, attend_patched
 from lampe_eval.backends.plans import method_key_copies
 from lampe_eval.methods import create_method
@@ -43,16 +50,18 @@ def _chunks(n: int, rng: random.Random, chunked: bool) -> list[tuple[int, int]]:
     return list(zip(edges, edges[1:], strict=False))
 
 
-def _gap(method, prompt: int, chunked: bool, seed: int, softcap: float | None = None) -> float:
+def _gap(
+    method, prompt: int, chunked: bool, seed: int, softcap: float | None = None, key_columns: bool = False
+) -> float:
     """Prefill one prompt (whole or in chunks) and decode STEPS tokens through a paged cache with scattered
     blocks; the largest gap to the Hugging Face path (one RotatedKeyCache); ``softcap``: logits soft-capped
-    on both."""
+    on both; ``key_columns``: the keys stored as vLLM's CPU attention stores them."""
     rng, generator = random.Random(seed), torch.Generator().manual_seed(seed)
     budget = prompt + STEPS
     copies = method_key_copies(method, base())
     blocks_needed = -(-budget // BLOCK)
     cache_tensor = torch.full((blocks_needed + 5, HKV, BLOCK, (copies + 1) * D), float("nan"))
-    cache = PagedCache.view(cache_tensor, copies, D)
+    cache = PagedCache.view(cache_tensor, copies, D, key_columns)
     table = torch.tensor(rng.sample(range(blocks_needed + 5), blocks_needed))
     oracle_state, state = PatchState(method, base(), softcap=softcap), PatchState(method, base(), max_plans=8)
     oracle_cache = RotatedKeyCache(total_length=budget)
@@ -86,7 +95,8 @@ def test_paged_cache_equals_each_sequence_alone(name):
         method = create_method(name, WINDOW, 4 * WINDOW, **random_params(name, rng))
         for prompt in (WINDOW // 2 + 3, 3 * WINDOW + 5):
             for chunked in (False, True):
-                gap = _gap(method, prompt, chunked, seed=trial * 7 + prompt)
+                columns = trial == 1  # keys as rows or as columns (vLLM's CPU layout)
+                gap = _gap(method, prompt, chunked, seed=trial * 7 + prompt, key_columns=columns)
                 assert gap < 2e-5, (name, trial, prompt, chunked, gap)
 
 
@@ -109,10 +119,18 @@ def test_a_cache_row_of_the_wrong_width_is_refused():
         PagedCache.view(torch.zeros(2, HKV, BLOCK, 2 * D), 2, D)
 
 
-def _batched_decode_gap(method, prompts: list[int], seed: int, softcap: float | None = None) -> float:
+def _batched_decode_gap(
+    method,
+    prompts: list[int],
+    seed: int,
+    softcap: float | None = None,
+    key_columns: bool = False,
+    kernel: EngineKernel | None = None,
+) -> float:
     """Prefill each prompt (its own blocks, scattered through one cache), then decode STEPS tokens for all
     of them as batches of one plan shape (:class:`PagedDecode`); the largest gap to the Hugging Face path
-    (each sequence alone); ``softcap``: logits soft-capped on both."""
+    (each sequence alone); ``softcap``: logits soft-capped on both; ``key_columns``: keys stored as vLLM's
+    CPU attention stores them; ``kernel``: an engine kernel for batches of one causal run per row."""
     rng, generator = random.Random(seed), torch.Generator().manual_seed(seed)
     budgets = [n + STEPS for n in prompts]
     copies = method_key_copies(method, base())
@@ -125,7 +143,7 @@ def _batched_decode_gap(method, prompts: list[int], seed: int, softcap: float | 
         tables[row, :count] = torch.tensor(order[at : at + count])
         at += count
     cache = PagedCache.view(
-        torch.full((sum(needed) + 3, HKV, BLOCK, (copies + 1) * D), float("nan")), copies, D
+        torch.full((sum(needed) + 3, HKV, BLOCK, (copies + 1) * D), float("nan")), copies, D, key_columns
     )
     oracle_state = PatchState(method, base(), softcap=softcap)
     state = PatchState(method, base(), max_plans=64)
@@ -157,7 +175,7 @@ def _batched_decode_gap(method, prompts: list[int], seed: int, softcap: float | 
             slots = torch.tensor(
                 [int(tables[r, positions[r] // BLOCK]) * BLOCK + positions[r] % BLOCK for r in rows]
             )
-            batch = PagedDecode([steps[r] for r in rows], slots, tables[index])
+            batch = PagedDecode([steps[r] for r in rows], slots, tables[index], kernel)
             q, k, v = (torch.cat([new[r][i][:, :, 0] for r in rows]) for i in range(3))
             for r, out in zip(rows, batch.attend(cache, SCALE, q, k, v, softcap), strict=True):
                 gap = max(gap, float((want[r] - out).abs().max()))
@@ -172,7 +190,7 @@ def test_a_batched_decode_equals_each_sequence_alone(name):
         if not method.fixed_key_positions():
             continue  # positions that move every step: the per-sequence path
         prompts = [WINDOW // 2 + 3, 3 * WINDOW + 5, 3 * WINDOW + 5, WINDOW + 1]
-        gap = _batched_decode_gap(method, prompts, seed=trial)
+        gap = _batched_decode_gap(method, prompts, seed=trial, key_columns=trial == 1)
         assert gap < 2e-5, (name, trial, gap)
 
 
@@ -238,3 +256,65 @@ def test_the_triton_decode_kernel_equals_each_sequence_alone(monkeypatch):
         gap = _batched_decode_gap(method, [WINDOW // 2 + 3, 3 * WINDOW + 5, WINDOW + 1], seed=4)
         assert gap < 2e-5, (name, gap)
     assert launches, "the kernel ran"
+
+
+def _one_run_decodes(method, dim: int, lengths: list[int]) -> list:
+    """Each row's decode step at ``lengths`` (its keys so far) under ``method`` with heads of ``dim``."""
+    from lampe_eval.methods.base import RopeBase
+
+    rope = RopeBase.plain(WINDOW, 4, 2, dim)
+    return [
+        method.plan_with_budget(rope, n, n + 1, n + 4).segment_step(n, torch.float32, torch.device("cpu"))
+        for n in lengths
+    ]
+
+
+@pytest.mark.parametrize("name", ["ms_poe", "yarn_infoscale"])
+def test_the_engine_kernel_decodes_one_run_rows_as_the_tiles_do(name):
+    """vLLM's CPU paged attention (keys stored as columns, which it reads) on a batch whose rows each see
+    one causal run of keys gives the tiles' outputs: Ms-PoE (per-head positions) and YaRN with InfoScale
+    (one segment, a query scale)."""
+    pytest.importorskip("vllm")
+    from lampe_eval.backends.vllm_cpu_decode import cpu_decode_kernel
+
+    dim, block = 64, 16
+    kernel = cpu_decode_kernel(torch.float32, block, dim)
+    assert kernel is not None, "vLLM's CPU kernel reads keys stored as columns at this shape"
+    params = {"infoscale": True} if name == "yarn_infoscale" else {}
+    method = create_method(name.removesuffix("_infoscale"), WINDOW, 4 * WINDOW, **params)
+    lengths = [WINDOW // 2 + 3, 3 * WINDOW + 5, WINDOW + 1, 1 + block]
+    steps = _one_run_decodes(method, dim, lengths)
+    generator = torch.Generator().manual_seed(0)
+    width = -(-(max(lengths) + 1) // block)  # every row's table as wide as the longest (rows own their blocks)
+    tables = torch.randperm(len(lengths) * width + 2, generator=generator)[: len(lengths) * width]
+    tables = tables.view(len(lengths), width)
+    copies = 1 + max(steps[0].copies)
+    tensor = torch.randn(len(lengths) * width + 2, HKV, block, (copies + 1) * dim, generator=generator)
+    slots = torch.tensor([int(tables[r, n // block]) * block + n % block for r, n in enumerate(lengths)])
+    q = torch.randn(len(lengths), HQ, dim, generator=generator)
+    k, v = (torch.randn(len(lengths), HKV, dim, generator=generator) for _ in range(2))
+    outs = []
+    for engine in (kernel, None):
+        cache = PagedCache.view(tensor.clone(), copies, dim, key_columns=True)
+        batch = PagedDecode(steps, slots, tables, engine)
+        assert (batch.engine_rows is not None) == (engine is not None)
+        outs.append(batch.attend(cache, 0.125, q, k, v))
+    assert (outs[0] - outs[1]).abs().max().item() < 1e-5
+
+
+def test_the_engine_kernel_is_not_used_where_it_reads_another_key_layout(monkeypatch):
+    """The check that vLLM's CPU kernel reads lampe-eval's keys fails when the keys are stored as rows: a
+    layout the kernel reads differently leaves the decode to the tiles."""
+    pytest.importorskip("vllm")
+    from lampe_eval.backends import vllm_cpu_decode
+
+    kernel = vllm_cpu_decode.cpu_decode_kernel(torch.float32, 16, 64)
+    assert kernel is not None and vllm_cpu_decode._reads_key_columns(kernel, 16, 64)
+
+    class Rows(PagedCache):
+        @classmethod
+        def view(cls, cache, copies, head_dim, key_columns=False):
+            return PagedCache.view(cache, copies, head_dim, key_columns=False)
+
+    monkeypatch.setattr(vllm_cpu_decode, "PagedCache", Rows)
+    assert not vllm_cpu_decode._reads_key_columns(kernel, 16, 64)

@@ -2,9 +2,11 @@
 
 A layer's cache is ``[blocks, key heads, block size, (copies + 1) x head dim]`` (what vLLM allocates for a
 spec whose ``head_size`` is ``copies x head dim`` and whose ``head_size_v`` is the head dim). Within a block
-and head it is read as ``copies + 1`` planes of ``block size x head dim``: the keys rotated at each key copy's
-positions (the plan's distinct key maps), then the values. With one copy that is the layout of vLLM's own
-CPU attention (keys, then values), so a model whose other layers run vLLM's attention shares the format.
+and head it is read as ``copies + 1`` planes of ``block size x head dim`` values: the keys rotated at each key
+copy's positions (the plan's distinct key maps), then the values. A key plane holds its block's keys as rows
+(``[block size, head dim]``, as vLLM's FlashAttention and the Triton kernel read them) or, with
+``key_columns``, as columns (``[head dim, block size]``: vLLM's CPU attention's layout, so that its kernel can
+read a key copy, :mod:`lampe_eval.backends.vllm_cpu_decode`); values are rows in both.
 
 :class:`PagedCache` writes a call's new keys (rotated once per copy: a decode step rotates only its new key)
 and values at the token slots the engine gives (``block * block_size + offset``) and gathers one sequence's
@@ -15,7 +17,9 @@ padded to the longest sequence of a batch, nothing is kept outside the engine's 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -25,14 +29,16 @@ from .engine import AttentionPlan, SegmentStep, attend_rotated, segmented_attent
 
 @dataclass
 class PagedCache:
-    """One layer's paged cache read as key copies and values: each a [blocks, heads, block size, dim]
-    view of the engine's tensor (no copy)."""
+    """One layer's paged cache read as key copies and values, views of the engine's tensor (no copy): each
+    key copy [blocks, heads, head dim, block size] (a block's keys as columns, whatever the memory layout),
+    the values [blocks, heads, block size, head dim]."""
 
     keys: list[torch.Tensor]
     values: torch.Tensor
+    key_columns: bool = False  # the key planes' memory holds columns (vLLM's CPU layout), else rows
 
     @classmethod
-    def view(cls, cache: torch.Tensor, copies: int, head_dim: int) -> PagedCache:
+    def view(cls, cache: torch.Tensor, copies: int, head_dim: int, key_columns: bool = False) -> PagedCache:
         """The views of a layer's cache tensor [blocks, heads, block size, (copies + 1) * dim]."""
         blocks, heads, block_size, width = cache.shape
         if width != (copies + 1) * head_dim:
@@ -41,11 +47,21 @@ class PagedCache:
                 f"of dim {head_dim}"
             )
         planes = cache.view(blocks, heads, (copies + 1) * block_size, head_dim).split(block_size, dim=2)
-        return cls(list(planes[:copies]), planes[copies])
+        if key_columns:  # each block's plane memory read as [dim, block size]
+            keys = [plane.view(blocks, heads, head_dim, block_size) for plane in planes[:copies]]
+        else:
+            keys = [plane.transpose(2, 3) for plane in planes[:copies]]
+        return cls(keys, planes[copies], key_columns)
 
     @property
     def block_size(self) -> int:
         return int(self.values.shape[2])
+
+    def key_plane(self, copy: int) -> torch.Tensor:
+        """Key copy ``copy`` as an engine kernel is handed it: [blocks, heads, block size, dim] over the
+        plane's memory (rows, or vLLM's CPU columns when ``key_columns``)."""
+        plane = self.keys[copy]
+        return plane.view(self.values.shape) if self.key_columns else plane.transpose(2, 3)
 
     def write(self, slots: torch.Tensor, keys: list[torch.Tensor], value: torch.Tensor) -> None:
         """Store tokens at ``slots`` [n]: their keys, one [n, heads, dim] per copy (a plan may use fewer
@@ -59,7 +75,7 @@ class PagedCache:
         if len(keys) > len(self.keys):
             raise ValueError(f"a plan with {len(keys)} key copies in a cache that holds {len(self.keys)}")
         for plane, new in zip(self.keys, keys, strict=False):
-            plane[block, :, offset] = new.to(plane.dtype)
+            plane[block, :, :, offset] = new.to(plane.dtype)
         self.values[block, :, offset] = value.to(self.values.dtype)
 
     def gather(
@@ -69,11 +85,11 @@ class PagedCache:
         key copies and its values, each [1, heads, length, dim]."""
         used = blocks[: -(-length // self.block_size)]
 
-        def read(plane: torch.Tensor) -> torch.Tensor:
+        def read(plane: torch.Tensor) -> torch.Tensor:  # [used, heads, block size, dim] -> [1, heads, n, dim]
             heads, dim = plane.shape[1], plane.shape[3]
-            return plane[used].transpose(0, 1).reshape(1, heads, -1, dim)[:, :, :length]
+            return plane.transpose(0, 1).reshape(1, heads, -1, dim)[:, :, :length]
 
-        return [read(plane) for plane in self.keys[:copies]], read(self.values)
+        return [read(plane[used].transpose(2, 3)) for plane in self.keys[:copies]], read(self.values[used])
 
 
 def attend_paged(
@@ -116,6 +132,18 @@ def key_copies(plan: AttentionPlan) -> int:
     return len(plan.key_groups()[1])
 
 
+class EngineKernel(Protocol):
+    """An engine's own paged attention (:mod:`lampe_eval.backends.vllm_cpu_decode`) for decode rows that each
+    see one causal run of their keys, from the first: ``rows(seq_lens, tables)`` gives, once per pass, what
+    attends those rows' rotated and scaled queries [rows, Hq, D] over a key plane and the values (as
+    :meth:`PagedCache.key_plane` and :attr:`PagedCache.values` hand them) with an optional soft cap."""
+
+    def rows(self, seq_lens: list[int], tables: torch.Tensor) -> EngineRows: ...
+
+
+EngineRows = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, "float | None"], torch.Tensor]
+
+
 KEY_TILE = 128  # keys per tile of a batched decode (whole cache blocks: at least one)
 SLAB_BYTES = 256 * 2**20  # the fp32 keys and values one slab of tiles reads: a decode's transient memory
 
@@ -129,11 +157,23 @@ class PagedDecode:
     so a layer's transient memory stays bounded at any batch and length. Built once per pass, run by every
     patched layer (:meth:`attend`): about ten PyTorch calls per slab, five to merge."""
 
-    def __init__(self, steps: list[SegmentStep], slots: torch.Tensor, tables: torch.Tensor) -> None:
+    def __init__(
+        self,
+        steps: list[SegmentStep],
+        slots: torch.Tensor,
+        tables: torch.Tensor,
+        kernel: EngineKernel | None = None,
+    ) -> None:
         """``steps``: each row's :meth:`AttentionPlan.segment_step`; ``slots`` [rows]: where each row's new
-        token goes; ``tables`` [rows, blocks]: each row's block table."""
+        token goes; ``tables`` [rows, blocks]: each row's block table; ``kernel``: the engine's own paged
+        attention, run instead of the tiles when every row sees one causal run of its keys from the first."""
         if not steps or len({decode_shape(s) for s in steps}) != 1:
             raise ValueError("a paged decode needs steps of one shape")
+        self.engine_rows: EngineRows | None = None
+        self.engine_part = _one_causal_part(steps)
+        if kernel is not None and self.engine_part is not None:
+            part = self.engine_part[0]
+            self.engine_rows = kernel.rows([s.ranges[part][1] for s in steps], tables)
         self.rows, self.slots, self.device = len(steps), slots, tables.device
         self.query_rotation = _stack([s.query_rotation for s in steps])  # [rows or 1, H, D, parts * D]
         self.key_rotation = _stack([s.key_rotation for s in steps])  # [rows or 1, H, D, copies * D]
@@ -191,13 +231,17 @@ class PagedDecode:
         rows, q_heads, dim = query.shape
         kv_heads = key.shape[1]
         group = q_heads // kv_heads
-        if self._where is None:
-            self._where = self._tiles(cache.block_size, 2 * kv_heads * dim * 4)
-        tile_row = self._where[2]
         rotated = _rotate(key, self.key_rotation).view(rows, kv_heads, -1, dim)
         cache.write(self.slots, [rotated[:, :, c] for c in range(self.copies)], value)
         if scale not in self._scaled:  # the softmax scale folded into the rotation, once per pass
             self._scaled[scale] = self.query_rotation * scale
+        if self.engine_rows is not None and self.engine_part is not None and cache.key_columns:
+            part, copy = self.engine_part
+            queries = _rotate(query, self._scaled[scale]).view(rows, q_heads, -1, dim)[:, :, part]
+            return self.engine_rows(queries, cache.key_plane(copy), cache.values, softcap)
+        if self._where is None:
+            self._where = self._tiles(cache.block_size, 2 * kv_heads * dim * 4)
+        tile_row = self._where[2]
         queries = _rotate(query, self._scaled[scale]).view(rows, kv_heads, group, -1, dim)
         queries = queries.permute(1, 0, 3, 2, 4).reshape(kv_heads, -1, group, dim).float().contiguous()
         peaks, sums, outs = self._tile_statistics(cache, queries, softcap)  # queries: [Hkv, runs, group, D]
@@ -222,19 +266,23 @@ class PagedDecode:
         peaks = queries.new_empty((kv_heads, blocks.shape[0], group))
         sums, outs = torch.empty_like(peaks), queries.new_empty((*peaks.shape, dim))
         keys_per_tile = blocks.shape[1] * cache.block_size
-        if not softcap and paged_triton.usable(queries, cache.block_size, keys_per_tile, dim):
+        triton = paged_triton.usable(queries, cache.block_size, keys_per_tile, dim)
+        if not softcap and not cache.key_columns and triton:
             ends = list(itertools.accumulate(counts))  # the copies' tile ranges (tiles are sorted by copy)
             for copy, (a, b) in enumerate(zip([0, *ends], ends, strict=False)):
                 if b > a:
                     tiles = tuple(t[a:b] for t in (blocks, tile_query, start, lo, hi))
                     paged_triton.tile_statistics(
-                        queries, cache.keys[copy], cache.values, tiles, a, (peaks, sums, outs)
+                        queries, cache.key_plane(copy), cache.values, tiles, a, (peaks, sums, outs)
                     )
             return peaks, sums, outs
-        for copy, a, b in slabs:  # a slab's keys and values, tiles first: [tiles, Hkv, keys per tile, D]
-            keys, values = (_read_tiles(plane, blocks[a:b]) for plane in (cache.keys[copy], cache.values))
+        for copy, a, b in slabs:  # a slab's keys [tiles, Hkv, D, keys per tile] and values (keys as rows)
+            keys, values = (
+                _read_tiles(cache.keys[copy], blocks[a:b], 3),
+                _read_tiles(cache.values, blocks[a:b], 2),
+            )
             tile_queries = queries[:, tile_query[a:b]].transpose(0, 1)  # [tiles, Hkv, group, D]
-            scores = tile_queries @ keys.transpose(2, 3)  # [tiles, Hkv, group, keys per tile]
+            scores = tile_queries @ keys  # [tiles, Hkv, group, keys per tile]
             if softcap:
                 scores = softcap * torch.tanh(scores / softcap)
             scores = scores + mask[0, a:b, None]
@@ -246,17 +294,30 @@ class PagedDecode:
         return peaks, sums, outs
 
 
-def _read_tiles(plane: torch.Tensor, blocks: torch.Tensor) -> torch.Tensor:
-    """The keys (or values) of tiles of whole cache blocks ``blocks`` [tiles, blocks per tile] from a plane
-    [cache blocks, heads, block size, D]: [tiles, heads, keys per tile, D] in fp32. Read by
-    ``index_select`` along the cache blocks (one contiguous run per block and head: 4x faster on this
-    CPU than indexing the heads-first view)."""
+def _read_tiles(plane: torch.Tensor, blocks: torch.Tensor, along: int) -> torch.Tensor:
+    """Tiles of whole cache blocks ``blocks`` [tiles, blocks per tile] of a plane [cache blocks, heads, ., .]
+    whose block's tokens lie along dim ``along`` (2: values, 3: keys as columns), in fp32: [tiles, heads, .,
+    .], a tile's blocks side by side along ``along``. Read by ``index_select`` along the cache blocks (one
+    contiguous run per block and head: 4x faster on this CPU than indexing a heads-first view)."""
     tiles, per_tile = blocks.shape
-    read = torch.index_select(plane, 0, blocks.reshape(-1))  # [tiles * per tile, heads, block size, D]
-    heads, block, dim = read.shape[1:]
+    read = torch.index_select(plane, 0, blocks.reshape(-1))  # [tiles * per tile, heads, a, b]
     if per_tile > 1:
-        read = read.view(tiles, per_tile, heads, block, dim).transpose(1, 2)
-    return read.reshape(tiles, heads, per_tile * block, dim).float()
+        read = read.unflatten(0, (tiles, per_tile)).movedim(1, along)  # the tile's blocks beside the tokens
+        read = read.flatten(along, along + 1)
+    return read.float()
+
+
+def _one_causal_part(steps: list[SegmentStep]) -> tuple[int, int] | None:
+    """The part and key copy through which every row sees all its visible keys, when that is one causal run
+    from its first key in the same part for every row (the engine's own kernel then attends them), else
+    None."""
+    seen = set()
+    for step in steps:
+        visible = [p for p, (lo, hi) in enumerate(step.ranges) if hi > lo]
+        if len(visible) != 1 or step.ranges[visible[0]][0] != 0:
+            return None
+        seen.add((visible[0], step.copies[visible[0]]))
+    return seen.pop() if len(seen) == 1 else None
 
 
 def decode_shape(step: SegmentStep) -> tuple:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..attention import AttentionPlan
-from ..attention.paged import PagedCache, PagedDecode, attend_paged, decode_shape
+from ..attention.paged import EngineKernel, PagedCache, PagedDecode, attend_paged, decode_shape
 from ..errors import LampeEvalError
 from .plans import PlanCache
 from .vllm_plugin import BUDGET, KEY_COPIES
@@ -55,6 +55,12 @@ def customize_spec(spec: AttentionSpec) -> AttentionSpec:
     if copies == 1 or getattr(spec, "sliding_window", None) is not None:  # a local layer: never patched
         return spec
     return dataclasses.replace(spec, head_size=spec.head_size_v * copies, head_size_v=spec.head_size_v)
+
+
+def key_columns(device: torch.device | str) -> bool:
+    """Whether the patched layers store a block's keys as columns (vLLM's CPU attention's layout, so that
+    its kernel can read a key copy: :mod:`.vllm_cpu_decode`) rather than rows (FlashAttention's, Triton's)."""
+    return torch.device(device).type == "cpu"
 
 
 @dataclass(frozen=True)
@@ -97,9 +103,16 @@ class RequestPlans:
     prefilled: set[str] = field(default_factory=set)  # requests in flight whose prefill began
     recomputed: int = 0  # prefills begun again (a preempted sequence computed again)
 
-    def prepare(self, common: CommonAttentionMetadata, dtype: torch.dtype, device: torch.device) -> Pass:
+    def prepare(
+        self,
+        common: CommonAttentionMetadata,
+        dtype: torch.dtype,
+        device: torch.device,
+        kernel: EngineKernel | None = None,
+    ) -> Pass:
         """The rows of the forward pass ``common`` describes, each sequence's plan settled; decode rows of
-        a method with fixed key positions batched by plan shape."""
+        a method with fixed key positions batched by plan shape (``kernel``: the engine's own attention for
+        a batch whose rows each see one causal run of keys)."""
         starts = common.query_start_loc_cpu.tolist()
         seq_lens = common.seq_lens.tolist()
         batched = self.state.method.fixed_key_positions()
@@ -119,7 +132,7 @@ class RequestPlans:
             one = _Row(first, stop, kv_len - (stop - first), plan, row)
             (decodes if batched and stop - first == 1 and one.q_start > 0 else rows).append(one)
         step = Pass(rows, common.slot_mapping, common.block_table_tensor)
-        step.decodes = _decode_batches(decodes, step, dtype, device)
+        step.decodes = _decode_batches(decodes, step, dtype, device, kernel)
         return step
 
     def _count_prefill(self, request_id: str) -> None:
@@ -169,9 +182,10 @@ def patch_layer(layer: torch.nn.Module, patched: PatchedLayer | None) -> None:
 
 
 def _decode_batches(
-    decodes: list[_Row], step: Pass, dtype: torch.dtype, device: torch.device
+    decodes: list[_Row], step: Pass, dtype: torch.dtype, device: torch.device, kernel: EngineKernel | None
 ) -> list[tuple[torch.Tensor, PagedDecode]]:
-    """The pass's decode rows as batches of one plan shape: (their token rows, their batch)."""
+    """The pass's decode rows as batches of one plan shape: (their token rows, their batch); ``kernel``: the
+    engine's own paged attention for batches whose rows each see one causal run of keys."""
     steps = [row.plan.segment_step(row.q_start, dtype, device) for row in decodes]
     groups: dict[tuple, list[int]] = {}
     for index, one in enumerate(steps):
@@ -180,7 +194,7 @@ def _decode_batches(
     for members in groups.values():
         tokens = torch.tensor([decodes[i].first for i in members], device=step.slots.device)
         tables = step.block_table[torch.tensor([decodes[i].table_row for i in members], device=device)]
-        batch = PagedDecode([steps[i] for i in members], step.slots[tokens], tables)
+        batch = PagedDecode([steps[i] for i in members], step.slots[tokens], tables, kernel)
         batches.append((tokens, batch))
     return batches
 
@@ -209,7 +223,7 @@ def attend(
     """A patched layer's attention for the pass ``step``: each sequence's new keys (rotated per key copy)
     and values into the layer's paged cache ``kv_cache``, each sequence's queries over its own keys,
     written into ``output``; ``softcap``: the layer's logit soft cap (Gemma 2), if any."""
-    cache = PagedCache.view(kv_cache, engine_key_copies(), query.shape[-1])
+    cache = PagedCache.view(kv_cache, engine_key_copies(), query.shape[-1], key_columns(kv_cache.device))
     rotated = layer.plans.state.method.fixed_key_positions()
     order = layer.plans.state.head_order(query.device)
     if order is not None:  # a partial rotary head runs as a whole one (attention/partial.py)
@@ -288,6 +302,11 @@ class LampeMetadataBuilder(_BaseBuilder):  # type: ignore[misc, valid-type]
 
         self._layers = list(get_layers_from_vllm_config(vllm_config, Attention, layer_names).values())
         self._dtype = vllm_config.model_config.dtype
+        self._kernel: EngineKernel | None = None
+        if key_columns(device):  # vLLM's CPU attention reads the keys of a one-run decode batch
+            from .vllm_cpu_decode import cpu_decode_kernel
+
+            self._kernel = cpu_decode_kernel(self._dtype, kv_cache_spec.block_size, kv_cache_spec.head_size_v)
 
     def build(
         self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata, fast_build: bool = False
@@ -295,7 +314,11 @@ class LampeMetadataBuilder(_BaseBuilder):  # type: ignore[misc, valid-type]
         metadata = super().build(common_prefix_len, common_attn_metadata, fast_build)
         fields = {f.name: getattr(metadata, f.name) for f in dataclasses.fields(metadata) if f.init}
         plans = self._plans()
-        step = None if plans is None else plans.prepare(common_attn_metadata, self._dtype, self.device)
+        step = (
+            None
+            if plans is None
+            else plans.prepare(common_attn_metadata, self._dtype, self.device, self._kernel)
+        )
         return LampeAttentionMetadata(**fields, lampe=step)
 
     def _plans(self) -> RequestPlans | None:
