@@ -7,8 +7,11 @@ Three workloads: decode-heavy (16 prompts of 256 tokens, 128 new tokens each), L
 prompts of 4K tokens, 128 new tokens) and mixed (one 8K prompt and 15 of 512 tokens, 128 new tokens: every
 decode step batches one long row with short ones). The model's window is taken to be half the longest
 prompt, and methods are resolved as ``lampe-eval run`` and ``serve`` resolve them (SmolLM2's
-method_configs at that length). Tokens per second = new tokens / wall time of the whole workload (the vLLM
-engine's and the servers' start-up excluded, the engine's timed apart); the ratio is to the first backend
+method_configs at that length): LaMPE's three segments are active in the LongBench-shaped prompts and the
+mixed workload's long one; below 2 x s1 = 1,024 tokens (the decode-heavy prompts, the mixed workload's
+short ones) its plan is one causal segment, so on CPU those rows decode through vLLM's own kernel.
+Tokens per second = new tokens / wall time of the whole workload (the vLLM engine's and the servers'
+start-up excluded, the engine's timed apart); the ratio is to the first backend
 of ``--backends`` (HF batch 1 by default), and so are the greedy tokens (a differing prompt is counted).
 ``--repeats N`` runs every method and backend in N interleaved rounds and reports median seconds (and the
 range), since one run of a shared machine can be 20 % slow; a comment line gives each method's time over

@@ -285,7 +285,7 @@ def test_the_engine_kernel_decodes_one_run_rows_as_the_tiles_do(name):
     lengths = [WINDOW // 2 + 3, 3 * WINDOW + 5, WINDOW + 1, 1 + block]
     steps = _one_run_decodes(method, dim, lengths)
     generator = torch.Generator().manual_seed(0)
-    width = -(-(max(lengths) + 1) // block)  # every row's table as wide as the longest (rows own their blocks)
+    width = -(-(max(lengths) + 1) // block)  # every row's table as wide as the longest; blocks not shared
     tables = torch.randperm(len(lengths) * width + 2, generator=generator)[: len(lengths) * width]
     tables = tables.view(len(lengths), width)
     copies = 1 + max(steps[0].copies)

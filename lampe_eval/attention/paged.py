@@ -155,7 +155,9 @@ class PagedDecode:
     another's length); each tile's softmax statistics merged per row by log-sum-exp (a pair two segments
     see counts twice, as on the per-sequence path). Tiles are read in slabs of at most :data:`SLAB_BYTES`,
     so a layer's transient memory stays bounded at any batch and length. Built once per pass, run by every
-    patched layer (:meth:`attend`): about ten PyTorch calls per slab, five to merge."""
+    patched layer (:meth:`attend`): about ten PyTorch calls per slab, five to merge. A batch whose rows each
+    see one causal run of their keys (a plan of one segment) runs the engine's own kernel instead, where one
+    is given (``kernel``) and reads the cache's key layout."""
 
     def __init__(
         self,
