@@ -269,11 +269,11 @@ def _one_run_decodes(method, dim: int, lengths: list[int]) -> list:
     ]
 
 
-@pytest.mark.parametrize("name", ["ms_poe", "yarn_infoscale"])
-def test_the_engine_kernel_decodes_one_run_rows_as_the_tiles_do(name):
+@pytest.mark.parametrize(("name", "softcap"), [("ms_poe", None), ("yarn_infoscale", None), ("ms_poe", 2.0)])
+def test_the_engine_kernel_decodes_one_run_rows_as_the_tiles_do(name, softcap):
     """vLLM's CPU paged attention (keys stored as columns, which it reads) on a batch whose rows each see
-    one causal run of keys gives the tiles' outputs: Ms-PoE (per-head positions) and YaRN with InfoScale
-    (one segment, a query scale)."""
+    one causal run of keys gives the tiles' outputs: Ms-PoE (per-head positions), YaRN with InfoScale
+    (one segment, a query scale), and Ms-PoE with Gemma 2's soft cap."""
     pytest.importorskip("vllm")
     from lampe_eval.backends.vllm_cpu_decode import cpu_decode_kernel
 
@@ -298,7 +298,7 @@ def test_the_engine_kernel_decodes_one_run_rows_as_the_tiles_do(name):
         cache = PagedCache.view(tensor.clone(), copies, dim, key_columns=True)
         batch = PagedDecode(steps, slots, tables, engine)
         assert (batch.engine_rows is not None) == (engine is not None)
-        outs.append(batch.attend(cache, 0.125, q, k, v))
+        outs.append(batch.attend(cache, 0.125, q, k, v, softcap))
     assert (outs[0] - outs[1]).abs().max().item() < 1e-5
 
 
