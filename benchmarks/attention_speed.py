@@ -10,7 +10,9 @@ peak resident memory above the inputs is the method's working memory.
 On a shared machine, ``--threads 1 --clock cpu`` times the process's CPU time on one thread instead, and
 ``--rounds N`` runs the whole method list N times, interleaved: each round's ratios are to that round's SDPA
 (a paired measurement, so a machine that slows down for a while slows both), the table gives the medians
-and the range of the ratios.
+and the range of the ratios. ``--kernel-time`` (CPU) adds the attention kernel calls' own CPU time in one
+warm prefill (``torch.profiler``), over SDPA's one call: the share of a method's time that is the kernel's
+work on its segments rather than the rotations, copies and merges around them.
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ import sys
 HQ, HKV, DIM = 9, 3, 64
 
 
-def measure(method: str, length: int, repeats: int, threads: int = 0, clock: str = "wall") -> dict:
+def measure(
+    method: str, length: int, repeats: int, threads: int = 0, clock: str = "wall", kernel_time: bool = False
+) -> dict:
     """Runs in the child process."""
     import resource
     import time
@@ -82,6 +86,7 @@ def measure(method: str, length: int, repeats: int, threads: int = 0, clock: str
     from lampe_eval.attention.counts import count
 
     _, counts = count(run)  # attention kernels and host syncs of one warm prefill
+    kernel_seconds = _kernel_seconds(run) if kernel_time else None
     return {
         "method": method,
         "length": length,
@@ -90,7 +95,19 @@ def measure(method: str, length: int, repeats: int, threads: int = 0, clock: str
         "device": device,
         "kernels": counts.attention,
         "syncs": counts.syncs,
+        "kernel_seconds": kernel_seconds,
     }
+
+
+def _kernel_seconds(run) -> float:
+    """The attention kernels' own CPU time in one call of ``run`` (``torch.profiler``, self time)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from lampe_eval.attention.counts import is_attention
+
+    with profile(activities=[ProfilerActivity.CPU]) as profiled:
+        run()
+    return sum(e.self_cpu_time_total for e in profiled.key_averages() if is_attention(e.key)) / 1e6
 
 
 def main() -> None:
@@ -107,11 +124,15 @@ def main() -> None:
         "--clock", choices=["wall", "cpu"], default="wall", help="cpu: the process's CPU time"
     )
     parser.add_argument("--rounds", type=int, default=1, help="interleaved rounds (paired ratios, medians)")
-    parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--kernel-time", action="store_true", help="the attention kernels' own time, x SDPA's (profiler)"
+    )
+    parser.add_argument("--child", nargs=6, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        method, length, repeats, threads, clock = args.child
-        print(json.dumps(measure(method, int(length), int(repeats), int(threads), clock)))
+        method, length, repeats, threads, clock, kernel_time = args.child
+        found = measure(method, int(length), int(repeats), int(threads), clock, kernel_time == "1")
+        print(json.dumps(found))
         return
     lengths = [int(x) for x in args.lengths.split(",")]
     methods = args.methods.split(",")
@@ -134,13 +155,13 @@ def main() -> None:
     print(
         "seconds (ratio to causal SDPA, best of repeats; with rounds: medians, and the range of the paired "
         "ratios); peak MB = working memory above the inputs; kernels/syncs = attention kernel calls and host "
-        "syncs of one prefill\n"
+        "syncs of one prefill; kernel s = the attention kernels' own time in one prefill (x SDPA's)\n"
     )
-    header = "| method | " + " | ".join(
-        f"{n // 1024}K time (x SDPA) | {n // 1024}K peak MB | {n // 1024}K kernels/syncs" for n in lengths
-    )
+    columns = ["time (x SDPA)", "peak MB", "kernels/syncs"]
+    columns += ["kernel s (x SDPA)"] if args.kernel_time else []
+    header = "| method | " + " | ".join(f"{n // 1024}K {c}" for n in lengths for c in columns)
     print(header + " |")
-    print("|" + "---|" * (1 + 3 * len(lengths)))
+    print("|" + "---|" * (1 + len(columns) * len(lengths)))
     for method in methods:
         cells = []
         for length in lengths:
@@ -153,6 +174,9 @@ def main() -> None:
                 f"{last['peak_mb']:.0f}",
                 f"{last['kernels']}/{last['syncs']}",
             ]
+            if args.kernel_time:
+                own, sdpa = last["kernel_seconds"], rounds[-1][("sdpa", length)]["kernel_seconds"]
+                cells.append(f"{own:.3f} ({own / sdpa:.2f}x)")
         print(f"| {method} | " + " | ".join(cells) + " |")
 
 
@@ -160,7 +184,7 @@ def child(method: str, length: int, args: argparse.Namespace) -> dict:
     """One (method, length) measured in a fresh process."""
     out = subprocess.run(
         [sys.executable, __file__, "--child", method, str(length), str(args.repeats)]
-        + [str(args.threads), args.clock],
+        + [str(args.threads), args.clock, "1" if args.kernel_time else "0"],
         capture_output=True,
         text=True,
         check=True,
