@@ -1,8 +1,8 @@
 """vLLM's own CPU paged attention (``cpu_attention_with_kv_cache``) for the decode rows of a position method
 that each see one causal run of their keys from the first (a plan of one segment: Ms-PoE, a frequency method
-with InfoScale, LaMPE while a sequence stays within its first region), run on the rows' rotated queries and
-a rotated key copy (:class:`~lampe_eval.attention.paged.PagedDecode`). The same arithmetic as the tiles'
-PyTorch path, in one C++ call per layer instead of about twenty PyTorch calls.
+with InfoScale, LaMPE below 2 x s1 tokens, where it is plain causal attention), run on the rows' rotated
+queries and a rotated key copy (:class:`~lampe_eval.attention.paged.PagedDecode`). The same arithmetic as the
+tiles' PyTorch path, in one C++ call per layer instead of about twenty PyTorch calls.
 
 vLLM's CPU kernels read a block's keys as columns (``[head dim, block size]``) for their ``vec`` and
 ``vec16`` instruction sets and in other layouts for others (AMX packs them): the patched layers on CPU store
