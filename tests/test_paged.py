@@ -297,7 +297,7 @@ def test_the_engine_kernel_decodes_one_run_rows_as_the_tiles_do(name, softcap):
     for engine in (kernel, None):
         cache = PagedCache.view(tensor.clone(), copies, dim, key_columns=True)
         batch = PagedDecode(steps, slots, tables, engine)
-        assert (batch.engine_rows is not None) == (engine is not None)
+        assert (batch.engine is not None) == (engine is not None)
         outs.append(batch.attend(cache, 0.125, q, k, v, softcap))
     assert (outs[0] - outs[1]).abs().max().item() < 1e-5
 

@@ -171,11 +171,11 @@ class PagedDecode:
         attention, run instead of the tiles when every row sees one causal run of its keys from the first."""
         if not steps or len({decode_shape(s) for s in steps}) != 1:
             raise ValueError("a paged decode needs steps of one shape")
-        self.engine_rows: EngineRows | None = None
-        self.engine_part = _one_causal_part(steps)
-        if kernel is not None and self.engine_part is not None:
-            part = self.engine_part[0]
-            self.engine_rows = kernel.rows([s.ranges[part][1] for s in steps], tables)
+        # the engine kernel's call for these rows, with the part and key copy it attends (one causal run)
+        self.engine: tuple[EngineRows, int, int] | None = None
+        if kernel is not None and (one_part := _one_causal_part(steps)) is not None:
+            part, copy = one_part
+            self.engine = (kernel.rows([s.ranges[part][1] for s in steps], tables), part, copy)
         self.rows, self.slots, self.device = len(steps), slots, tables.device
         self.query_rotation = _stack([s.query_rotation for s in steps])  # [rows or 1, H, D, parts * D]
         self.key_rotation = _stack([s.key_rotation for s in steps])  # [rows or 1, H, D, copies * D]
@@ -237,10 +237,10 @@ class PagedDecode:
         cache.write(self.slots, [rotated[:, :, c] for c in range(self.copies)], value)
         if scale not in self._scaled:  # the softmax scale folded into the rotation, once per pass
             self._scaled[scale] = self.query_rotation * scale
-        if self.engine_rows is not None and self.engine_part is not None and cache.key_columns:
-            part, copy = self.engine_part
+        if self.engine is not None and cache.key_columns:
+            attend, part, copy = self.engine
             queries = _rotate(query, self._scaled[scale]).view(rows, q_heads, -1, dim)[:, :, part]
-            return self.engine_rows(queries, cache.key_plane(copy), cache.values, softcap)
+            return attend(queries, cache.key_plane(copy), cache.values, softcap)
         if self._where is None:
             self._where = self._tiles(cache.block_size, 2 * kv_heads * dim * 4)
         tile_row = self._where[2]
@@ -268,8 +268,11 @@ class PagedDecode:
         peaks = queries.new_empty((kv_heads, blocks.shape[0], group))
         sums, outs = torch.empty_like(peaks), queries.new_empty((*peaks.shape, dim))
         keys_per_tile = blocks.shape[1] * cache.block_size
-        triton = paged_triton.usable(queries, cache.block_size, keys_per_tile, dim)
-        if not softcap and not cache.key_columns and triton:
+        if (
+            not softcap
+            and not cache.key_columns
+            and paged_triton.usable(queries, cache.block_size, keys_per_tile, dim)
+        ):
             ends = list(itertools.accumulate(counts))  # the copies' tile ranges (tiles are sorted by copy)
             for copy, (a, b) in enumerate(zip([0, *ends], ends, strict=False)):
                 if b > a:
@@ -302,7 +305,7 @@ def _read_tiles(plane: torch.Tensor, blocks: torch.Tensor, along: int) -> torch.
     .], a tile's blocks side by side along ``along``. Read by ``index_select`` along the cache blocks (one
     contiguous run per block and head: 4x faster on this CPU than indexing a heads-first view)."""
     tiles, per_tile = blocks.shape
-    read = torch.index_select(plane, 0, blocks.reshape(-1))  # [tiles * per tile, heads, a, b]
+    read = torch.index_select(plane, 0, blocks.reshape(-1))  # [tiles * per tile, heads, ., .]
     if per_tile > 1:
         read = read.unflatten(0, (tiles, per_tile)).movedim(1, along)  # the tile's blocks beside the tokens
         read = read.flatten(along, along + 1)
