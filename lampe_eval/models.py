@@ -13,7 +13,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 
@@ -44,6 +44,8 @@ class ModelPreset:
     notes: str = ""
 
 
+# Which presets need a hub token (gated repositories): docs/running.md, kept in step with this table by
+# tests/test_model_sources.py.
 PRESETS: dict[str, ModelPreset] = {
     p.name: p
     for p in [
@@ -284,17 +286,13 @@ def _load_hf(
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=False)
+        _recheck_downloaded(source)  # a hub id's configs are cached now: the same rule before the weights
         model = AutoModelForCausalLM.from_pretrained(
             source, dtype=dtype, trust_remote_code=False, **_placed(device, device_map)
         )
         model = _to(model, device, device_map)
-    except OSError as err:
-        raise MissingDataError(f"cannot load model {source!r}: {err}".splitlines()[0]) from err
-    except ValueError as err:
-        refused = refused_remote_code(source, err)
-        if refused is None:
-            raise
-        raise refused from err
+    except Exception as err:  # noqa: BLE001 - raise_load_failure re-raises what it does not name
+        raise_load_failure(source, err, f"model {source!r}")
     return model, tokenizer
 
 
@@ -323,7 +321,7 @@ REMOTE_CODE_FILES = ("config.json", "tokenizer_config.json")
 
 
 def remote_code_error(what: str, where: str) -> UnsupportedModelError:
-    """The one line for a checkpoint that asks for its own code (``what``: the model, quoted)."""
+    """The one line for a checkpoint that needs its own code (``what``: the model, quoted)."""
     return UnsupportedModelError(
         f"{what} asks to run its own code ({where}); lampe-eval never executes a model's own code "
         "(no trust_remote_code): convert the model to an architecture that transformers implements "
@@ -331,28 +329,96 @@ def remote_code_error(what: str, where: str) -> UnsupportedModelError:
     )
 
 
-def asks_for_code(config_file: Path) -> bool:
-    """Whether a config file carries a non-empty ``auto_map`` (a file that is not a JSON object asks for
-    nothing: transformers refuses it too, without importing anything)."""
+def _json_object(config_file: Path) -> dict[str, Any]:
+    """A config file's JSON object; {} for a file that is not one (transformers refuses it too, without
+    importing anything)."""
     try:
         data = json.loads(config_file.read_text(encoding="utf-8-sig"))
     except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def asks_for_code(config_file: Path) -> bool:
+    """Whether a config file carries a non-empty ``auto_map`` (it names code of its own; whether that code
+    is needed is :func:`needs_own_code`'s question)."""
+    return bool(_json_object(config_file).get("auto_map"))
+
+
+def native_model_type(model_type: Any, causal_lm: bool = False) -> bool:
+    """Whether transformers itself implements ``model_type`` (its config class; with ``causal_lm``, also a
+    causal-LM class): its own mappings, never a class registered at run time."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    if not isinstance(model_type, str) or model_type not in CONFIG_MAPPING_NAMES:
         return False
-    return isinstance(data, dict) and bool(data.get("auto_map"))
+    return not causal_lm or model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+
+def native_tokenizer_class(name: Any) -> bool:
+    """Whether transformers itself has the tokenizer class ``name`` (with or without ``Fast``)."""
+    from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
+
+    if not isinstance(name, str) or not name:
+        return False
+    for candidate in dict.fromkeys((name, name.removesuffix("Fast"), f"{name.removesuffix('Fast')}Fast")):
+        try:
+            found = tokenizer_class_from_name(candidate)
+        except Exception:  # noqa: BLE001 - a module that fails to import: not available natively
+            continue
+        if found is not None and getattr(found, "__module__", "").startswith("transformers."):
+            return True
+    return False
+
+
+def needs_own_code(config_file: Path) -> str | None:
+    """Why a checkpoint's ``config.json`` or ``tokenizer_config.json`` needs code that transformers does not
+    implement, or None. The one rule for presets, hub ids and local copies: an ``auto_map`` alone is not a
+    reason (Phi-3's config carries one, and transformers implements ``phi3``): the config is refused when its
+    ``model_type`` is not one transformers implements (or, its ``auto_map`` naming a causal-LM class, has no
+    causal LM of its own); the tokenizer config when its ``auto_map`` names a tokenizer and its
+    ``tokenizer_class`` is not one transformers has. transformers, given ``trust_remote_code=False``, loads
+    what passes with its own classes (configuration_auto, auto_factory and tokenization_auto take their
+    native class whenever they have one, whatever the ``auto_map`` says)."""
+    data = _json_object(config_file)
+    auto_map = data.get("auto_map")
+    if not auto_map:
+        return None
+    if config_file.name == "tokenizer_config.json":
+        if isinstance(auto_map, dict) and not auto_map.get("AutoTokenizer"):
+            return None  # transformers' AutoTokenizer reads only that entry (or a bare list)
+        tokenizer_class = data.get("tokenizer_class")
+        if native_tokenizer_class(tokenizer_class):
+            return None
+        if not isinstance(tokenizer_class, str) or not tokenizer_class:
+            return f"auto_map in {config_file.name}, no tokenizer_class"
+        return f"auto_map in {config_file.name}: transformers has no tokenizer class {tokenizer_class!r}"
+    model_type = data.get("model_type")
+    causal_lm = isinstance(auto_map, dict) and "AutoModelForCausalLM" in auto_map
+    if native_model_type(model_type, causal_lm):
+        return None
+    if not isinstance(model_type, str) or not model_type:
+        return f"auto_map in {config_file.name}, no model_type"
+    if native_model_type(model_type):
+        return f"auto_map in {config_file.name}: transformers has no causal LM for model_type {model_type!r}"
+    return f"auto_map in {config_file.name}: transformers has no model_type {model_type!r}"
 
 
 def check_local_model(path: Path, files: tuple[str, ...] = REMOTE_CODE_FILES, *, what: str = "") -> None:
-    """Refuse a model directory whose config or tokenizer config asks for its own code (``auto_map``),
-    before transformers reads it: every command that loads a model or its tokenizer goes through
-    :func:`resolve_source`, which calls this, and transformers is never given ``trust_remote_code=True``."""
+    """Refuse a model directory whose config or tokenizer config needs code of its own
+    (:func:`needs_own_code`), before transformers reads it: every command that loads a model or its
+    tokenizer goes through :func:`resolve_source`, which calls this, and transformers is never given
+    ``trust_remote_code=True``."""
     for name in files:
-        if (path / name).is_file() and asks_for_code(path / name):
-            raise remote_code_error(what or f"model directory {str(path)!r}", f"auto_map in {name}")
+        why = needs_own_code(path / name) if (path / name).is_file() else None
+        if why:
+            raise remote_code_error(what or f"model directory {str(path)!r}", why)
 
 
 def check_hub_cache(repo_id: str) -> None:
     """The same check on a hub id's files already in the local Hugging Face cache (nothing is fetched;
-    for files not cached yet, transformers itself refuses: it is given ``trust_remote_code=False``)."""
+    a first run checks them once transformers has fetched them, before the weights: :func:`_load_hf`)."""
     try:
         from huggingface_hub import try_to_load_from_cache
     except ImportError:  # pragma: no cover - a dependency of transformers
@@ -362,8 +428,21 @@ def check_hub_cache(repo_id: str) -> None:
             cached = try_to_load_from_cache(repo_id, name)
         except Exception:  # noqa: BLE001 - not a valid repo id: loading will say
             return
-        if isinstance(cached, str) and asks_for_code(Path(cached)):
-            raise remote_code_error(f"model {repo_id!r}", f"auto_map in {name}")
+        why = needs_own_code(Path(cached)) if isinstance(cached, str) else None
+        if why:
+            raise remote_code_error(f"model {repo_id!r}", why)
+
+
+def _hub_id(source: str) -> bool:
+    """Whether transformers reads ``source`` from the hub (not a local directory or file)."""
+    return "/" in source and not source.startswith((".", "/", "embedded:")) and not Path(source).exists()
+
+
+def _recheck_downloaded(source: str) -> None:
+    """For a hub id, :func:`check_hub_cache` again once transformers has fetched its configs: the first run
+    gives the answer of the later ones (which check the cache before anything loads)."""
+    if _hub_id(source):
+        check_hub_cache(source)
 
 
 def refused_remote_code(source: str, err: Exception) -> UnsupportedModelError | None:
@@ -371,16 +450,93 @@ def refused_remote_code(source: str, err: Exception) -> UnsupportedModelError | 
     the one line of :func:`remote_code_error`; None for any other error."""
     if "trust_remote_code" not in str(err) and "custom code" not in str(err):
         return None
+    try:
+        _recheck_downloaded(source)  # the files are cached now: the line that names the reason, if it can
+    except UnsupportedModelError as named:
+        return named
     what = f"model directory {source!r}" if Path(source).is_dir() else f"model {source!r}"
     return remote_code_error(what, "custom code")
+
+
+def hub_page(repo_id: str) -> str:
+    """A model repository's page on the hub this process talks to (``HF_ENDPOINT``)."""
+    from huggingface_hub import constants
+
+    return f"{str(constants.ENDPOINT).rstrip('/')}/{repo_id}"
+
+
+def _chain(err: BaseException) -> list[BaseException]:
+    """``err`` and the exceptions it was raised from (transformers wraps the hub client's errors in
+    OSError)."""
+    seen: list[BaseException] = []
+    current: BaseException | None = err
+    while current is not None and all(current is not e for e in seen):
+        seen.append(current)
+        current = current.__cause__ or current.__context__
+    return seen
+
+
+def hub_failure(source: str, err: BaseException, what: str) -> MissingDataError | None:
+    """One line for a hub repository that cannot be read: gated (accept the license, set ``HF_TOKEN``) or
+    not found (check the name; a private one needs ``HF_TOKEN``), told by huggingface_hub's errors in the
+    exception's chain, else by transformers' wording of them; None for any other failure."""
+    from huggingface_hub import constants
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+
+    if not _hub_id(source):
+        return None
+    chain = _chain(err)
+    text = " ".join(str(e) for e in chain).lower()
+    if any(isinstance(e, GatedRepoError) for e in chain) or "gated repo" in text:
+        return MissingDataError(
+            f"cannot load {what}: the repository is gated; accept the license at {hub_page(source)} "
+            "and set HF_TOKEN"
+        )
+    not_found = ("is not a valid model identifier", "not a local folder or a valid repository name")
+    if any(isinstance(e, RepositoryNotFoundError) for e in chain) or any(n in text for n in not_found):
+        endpoint = str(constants.ENDPOINT).rstrip("/")
+        return MissingDataError(
+            f"cannot load {what}: no repository {source!r} on {endpoint} (check the name; a private "
+            "repository needs HF_TOKEN)"
+        )
+    return None
+
+
+def load_failure(source: str, err: Exception, what: str) -> Exception:
+    """What to raise for ``err`` while transformers reads ``source`` (``what``: "model 'x'", "the tokenizer
+    of 'x'", ...): a lampe-eval error as is; a hub repository gated or not found
+    (:func:`hub_failure`); a refusal of the model's own code (:func:`refused_remote_code`); any other
+    OSError as its first line; anything else unchanged."""
+    if isinstance(err, LampeEvalError):
+        return err
+    hub = hub_failure(source, err, what)
+    if hub is not None:
+        return hub
+    if isinstance(err, ValueError):
+        return refused_remote_code(source, err) or err
+    if isinstance(err, OSError):
+        return MissingDataError(f"cannot load {what}: {err}".splitlines()[0])
+    return err
+
+
+def raise_load_failure(source: str, err: Exception, what: str) -> NoReturn:
+    """Raise :func:`load_failure`'s error for ``err``, from ``err`` (or ``err`` itself, unchanged)."""
+    failure = load_failure(source, err, what)
+    if failure is err:
+        raise err
+    raise failure from err
 
 
 def resolve_source(name: str) -> tuple[str, ModelPreset | None]:
     """Map a preset name, a GGUF path, a local directory or an HF id to (source, preset).
 
-    A checkpoint that asks for its own code (``auto_map``) is refused here, before anything reads it."""
+    A checkpoint that needs code of its own (:func:`needs_own_code`) is refused here, before anything reads
+    it: a local directory, a hub id in the local cache, a preset's hub id alike (one rule)."""
     if name in PRESETS:
-        return PRESETS[name].source, PRESETS[name]
+        preset = PRESETS[name]
+        if not preset.source.startswith("embedded:"):
+            check_hub_cache(preset.source)
+        return preset.source, preset
     path = Path(name)
     if path.suffix == ".gguf" or path.is_dir():
         if not path.exists():
@@ -497,13 +653,9 @@ def load_tokenizer(name: str = DEFAULT_MODEL) -> LoadedModel:
     else:
         try:
             tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=False)
-        except OSError as err:
-            raise MissingDataError(f"cannot load the tokenizer of {source!r}: {err}".splitlines()[0]) from err
-        except ValueError as err:
-            refused = refused_remote_code(source, err)
-            if refused is None:
-                raise
-            raise refused from err
+            _recheck_downloaded(source)
+        except Exception as err:  # noqa: BLE001 - raise_load_failure re-raises what it does not name
+            raise_load_failure(source, err, f"the tokenizer of {source!r}")
     return LoadedModel(
         name=preset.name if preset else name,
         model=None,
@@ -532,7 +684,10 @@ def load_for_engine(name: str = DEFAULT_MODEL, pretraining_window: int | None = 
             "with save_pretrained and pass that directory (or use --backend hf)"
         )
     lm = load_tokenizer(name)
-    config = AutoConfig.from_pretrained(source, trust_remote_code=False)
+    try:
+        config = AutoConfig.from_pretrained(source, trust_remote_code=False)
+    except Exception as err:  # noqa: BLE001 - raise_load_failure re-raises what it does not name
+        raise_load_failure(source, err, f"the config of {source!r}")
     lm.pretraining_window = pretraining_window or lm.pretraining_window or window_from_config(config)
     lm.extra.update(source=source, config=config)
     return lm
