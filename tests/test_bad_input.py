@@ -230,6 +230,7 @@ def test_bad_runs_fail_before_any_model_loads(tmp_path, capsys, no_model, dry, a
     assert not (tmp_path / "R" / "records.jsonl").exists()
 
 
+OFFLINE_LIMIT = "limit: 2\noptions: {pg19_source: offline}"
 EXPERIMENT = """
 name: typed
 {key}
@@ -363,7 +364,7 @@ def test_a_long_error_is_one_unwrapped_line(tmp_path, capsys, no_model):
 def test_experiment_files_may_be_named(tmp_path, capsys, no_model):
     home = tmp_path / "home"
     (home / "experiments").mkdir(parents=True)
-    (home / "experiments" / "mine.yaml").write_text(textwrap.dedent(EXPERIMENT.format(key="limit: 2")))
+    (home / "experiments" / "mine.yaml").write_text(textwrap.dedent(EXPERIMENT.format(key=OFFLINE_LIMIT)))
     os.environ["LAMPE_EVAL_HOME"] = str(home)
     try:
         code, out, err = cli(capsys, "run", "-e", "mine", "--out", str(tmp_path / "R"), "--dry-run")
@@ -391,8 +392,10 @@ def test_an_option_applies_to_every_sub_grid_whose_benchmark_declares_it(tmp_pat
         "  - {{models: [smollm2-135m], methods: [rope], benchmarks: {{{bench}: default}}, lengths: [1k]}}\n"
     )
     path.write_text(
-        "options: {pg19_per_doc: 2}\ngrid:\n" + grid.format(bench="pg19") + grid.format(bench="ruler")
+        "options: {pg19_per_doc: 2, pg19_source: offline}\ngrid:\n"
+        + grid.format(bench="pg19")
+        + grid.format(bench="ruler")
     )
     code, out, err = cli(capsys, "run", "-e", str(path), "--out", str(tmp_path / "R"), "--dry-run")
     assert code == 0 and not err, err
-    assert "pg19/pg19 | 1k | pg19_per_doc=2" in out and "ruler/vt | 1k  [" in out
+    assert "pg19/pg19 | 1k | pg19_per_doc=2 pg19_source=offline" in out and "ruler/vt | 1k  [" in out

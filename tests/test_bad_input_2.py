@@ -235,6 +235,7 @@ GRID = """grid:
     methods: [rope]
     benchmarks: {pg19: [pg19]}
     lengths: [1k]
+options: {pg19_source: offline}
 """
 
 
@@ -472,10 +473,20 @@ def remote_code_model(root: Path, *, in_tokenizer_config: bool = False) -> tuple
     return model, marker
 
 
+# why remote_code_model's checkpoint is refused: transformers implements neither what its config.json nor
+# what its tokenizer_config.json names (an auto_map alone is no reason: tests/test_model_sources.py)
+WHY_REFUSED = {
+    "config.json": "auto_map in config.json: transformers has no model_type 'evil'",
+    "tokenizer_config.json": (
+        "auto_map in tokenizer_config.json: transformers has no tokenizer class 'EvilTokenizer'"
+    ),
+}
+
+
 def refused(err: str, model: Path, file: str = "config.json") -> None:
     line = one_line(err)
     assert line == (
-        f"error: model directory {str(model)!r} asks to run its own code (auto_map in {file}); "
+        f"error: model directory {str(model)!r} asks to run its own code ({WHY_REFUSED[file]}); "
         f"{NEVER_EXECUTES}: convert the model to an architecture that transformers implements "
         "(e.g. save it as LlamaForCausalLM with save_pretrained) or use a .gguf file"
     ), line

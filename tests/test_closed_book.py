@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from lampe_eval.benchmarks import datafiles
 from lampe_eval.benchmarks.base import BENCHMARKS, CLOSED_BOOK, SampleContext, get_benchmark, is_closed_book
 from lampe_eval.models import LoadedModel
 
@@ -32,11 +31,6 @@ CASES = [
     ("ruler", "qa_1", 1024, {"cache": False}),
     ("babilong", "qa2", 512, {"fixture": True, "cache": False}),
 ]
-
-
-@pytest.fixture(autouse=True)
-def _offline(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(datafiles, "hub_reachable", lambda: False)
 
 
 def _samples(lm: LoadedModel, case: tuple[str, str, int, dict[str, Any]], tmp: Path, **extra: Any) -> list:

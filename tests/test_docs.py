@@ -103,10 +103,30 @@ def test_every_command_line_parses():
     assert not bad, bad
 
 
+def hub_models(commands: list[str]) -> set[str]:
+    """The hub ids of the models the command lines name (their own ids and the presets')."""
+    from lampe_eval.models import PRESETS
+
+    ids = {p.source for p in PRESETS.values() if not p.source.startswith("embedded:")}
+    for cmd in commands:
+        args = shlex.split(cmd)
+        for i, arg in enumerate(args[:-1]):
+            if arg in ("--model", "-m"):
+                ids.update(
+                    m for m in args[i + 1].split(",") if "/" in m and not m.startswith((".", "/", "~"))
+                )
+    return ids
+
+
 @pytest.mark.parametrize("cmd", sorted(set(RUNS)))
-def test_run_lines_pass_a_dry_run(cmd, tmp_path, capsys, monkeypatch):
+def test_run_lines_pass_a_dry_run(cmd, tmp_path, capsys, monkeypatch, hub_env):
+    """Against the local hub (the benchmarks' repositories as the real hub holds them, and a config for every
+    hub model the lines name): the dry run's data check finds every source on the hub."""
     if cmd in DRY_RUN_SKIPS:
         pytest.skip(DRY_RUN_SKIPS[cmd])
+    for repo in hub_models(RUNS):
+        if not hub_env.has_repo(repo, "model"):
+            hub_env.add_repo(repo, {"config.json": b'{"model_type": "llama"}'}, repo_type="model")
     # a reader's environment: vLLM's CPU cache at lampe-eval's default (tests/test_vllm.py sets a smaller one)
     monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
     args = shlex.split(cmd)

@@ -349,19 +349,18 @@ def test_chat_template_off_and_gpt4_templates(lm: LoadedModel) -> None:
 
 
 def test_data_sources(lm: LoadedModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import datasets
+    from lampe_eval.data import hub
 
     bench = get_benchmark("infinitebench")
-
-    def offline(*args: Any, **kwargs: Any) -> Any:
-        raise ConnectionError("Couldn't reach 'xinrongzhang2022/InfiniteBench' on the Hub")
-
-    monkeypatch.setattr(datasets, "load_dataset", offline)
+    monkeypatch.setattr(hub, "hub_reachable", lambda: False)
     ctx = SampleContext(lm=lm, length=4096)
     with pytest.raises(MissingDataError) as err:
         list(bench.samples("longbook_qa_eng", ctx))
     message = str(err.value)
-    assert "\n" not in message and "--data-dir" in message and "fixture=true" in message
+    assert message.startswith(
+        "infinitebench/longbook_qa_eng: xinrongzhang2022/InfiniteBench: longbook_qa_eng"
+    )
+    assert "\n" not in message and "--data-dir" in message and "lampe-eval data fetch" in message
 
     # --data-dir with an official file
     row = {

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from lampe_eval.benchmarks import datafiles, get_benchmark
+from lampe_eval.benchmarks import get_benchmark
 from lampe_eval.benchmarks import longbench as lb
 from lampe_eval.benchmarks.base import Sample, SampleContext
 from lampe_eval.benchmarks.summaries import benchmark_summaries, summary_tables
@@ -23,11 +23,6 @@ ENGLISH_16 = [
     "multi_news", "trec", "triviaqa", "samsum", "passage_count", "passage_retrieval_en", "lcc", "repobench-p",
 ]  # fmt: skip
 NO_CHAT = {"trec", "triviaqa", "samsum", "lsht", "lcc", "repobench-p"}
-
-
-@pytest.fixture(autouse=True)
-def _offline(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(datafiles, "hub_reachable", lambda: False)
 
 
 def ctx(lm: LoadedModel, length: int = 8192, limit: int | None = None, **options: Any) -> SampleContext:
@@ -150,7 +145,8 @@ def test_missing_data_says_how_to_provide_it(lm: LoadedModel) -> None:
     with pytest.raises(MissingDataError) as err:
         list(get_benchmark("longbench").samples("qasper", context))
     message = str(err.value)
-    assert "--data-dir" in message and "fixture=true" in message and "\n" not in message
+    assert message.startswith("longbench/qasper: zai-org/LongBench: data.zip: not in the hub cache")
+    assert "lampe-eval data fetch" in message and "--data-dir" in message and "\n" not in message
 
 
 def test_data_dir_with_official_files(lm: LoadedModel, tmp_path: Path) -> None:
@@ -167,22 +163,6 @@ def test_data_dir_with_official_files(lm: LoadedModel, tmp_path: Path) -> None:
     bad = SampleContext(lm=lm, length=4096, options={"longbench_dir": str(tmp_path / "nowhere")})
     with pytest.raises(MissingDataError, match="longbench_dir"):
         list(get_benchmark("longbench").samples("hotpotqa", bad))
-
-
-def test_hub_is_used_when_reachable(lm: LoadedModel, monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[tuple[str, str, str]] = []
-
-    def fake_hub(dataset: str, config: str, split: str) -> list[dict[str, Any]]:
-        calls.append((dataset, config, split))
-        return [
-            {"input": "Q", "context": "C", "answers": ["A"], "_id": "h1", "length": 3, "all_classes": None}
-        ]
-
-    monkeypatch.setattr(datafiles, "hub_reachable", lambda: True)
-    monkeypatch.setattr(lb, "_hub_records", fake_hub)
-    (sample,) = list(get_benchmark("longbench").samples("qasper_e", SampleContext(lm=lm, length=4096)))
-    assert calls == [("THUDM/LongBench", "qasper_e", "test")]
-    assert sample.meta["data_source"] == "hub:THUDM/LongBench/qasper_e"
 
 
 # --------------------------------------------------------------------------- scoring

@@ -15,6 +15,7 @@ from lampe_eval.backends.rounds import evaluate_one
 from lampe_eval.benchmarks import datafiles, get_benchmark
 from lampe_eval.benchmarks import longbench_v2 as v2
 from lampe_eval.benchmarks.base import Sample, SampleContext
+from lampe_eval.data import hub
 from lampe_eval.errors import LampeEvalError, MissingDataError
 from lampe_eval.models import LoadedModel, tiny_llama
 from tests.fakebackend import ScriptedBackend
@@ -224,27 +225,13 @@ def test_data_dir_with_the_official_data_json(lm: LoadedModel, tmp_path: Path) -
         list(bench.samples("longbench_v2", SampleContext(lm=lm, length=4096, data_dir=str(tmp_path / "bad"))))
 
 
-def test_hub_is_used_when_reachable(lm: LoadedModel, monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[tuple[str, str]] = []
-
-    def fake_hub(dataset: str, split: str) -> list[dict[str, Any]]:
-        calls.append((dataset, split))
-        return [RECORD]
-
-    monkeypatch.setattr(datafiles, "hub_reachable", lambda: True)
-    monkeypatch.setattr(v2, "_hub_records", fake_hub)
-    (sample,) = list(get_benchmark("longbench_v2").samples("longbench_v2", SampleContext(lm=lm, length=4096)))
-    assert calls == [("THUDM/LongBench-v2", "train")]
-    assert sample.meta["data_source"] == "hub:THUDM/LongBench-v2:train"
-
-
 def test_offline_without_data_says_how_to_provide_it(
     lm: LoadedModel, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(datafiles, "hub_reachable", lambda: False)
+    monkeypatch.setattr(hub, "hub_reachable", lambda: False)
     with pytest.raises(MissingDataError) as err:
         list(get_benchmark("longbench_v2").samples("longbench_v2", SampleContext(lm=lm, length=4096)))
-    assert "--data-dir" in str(err.value) and "fixture=true" in str(err.value)
+    assert "--data-dir" in str(err.value) and "lampe-eval data fetch" in str(err.value)
 
 
 # --------------------------------------------------------------------------- end to end

@@ -181,6 +181,7 @@ def test_dry_run_prints_the_estimate():
     if _smollm2_config() is None:
         pytest.skip("the embedded model's config is not readable here")
     args = ["run", "--method", "rope,selfextend", "--bench", "pg19", "--len", "16k", "--dry-run"]
+    args += ["--opt", "pg19_source=offline"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "memory at the peak (hf" in result.output

@@ -87,7 +87,7 @@ def test_the_second_real_model_loads_offline_and_runs_pg19(tmp_path, capsys):
     out = tmp_path / "run"
     args = ["run", "--model", "gemma3-270m", "--method", "rope,lampe", "--bench", "pg19", "--len", "1k"]
     with pytest.raises(SystemExit) as done:
-        main([*args, "--limit", "1", "--out", str(out), "--no-progress"])
+        main([*args, "--limit", "1", "--opt", "pg19_source=offline", "--out", str(out), "--no-progress"])
     assert done.value.code in (0, None), capsys.readouterr().err
     records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
     assert {r["method"] for r in records} == {"rope", "lampe"}

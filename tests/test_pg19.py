@@ -16,7 +16,6 @@ from lampe_eval.benchmarks import SampleContext, get_benchmark
 from lampe_eval.benchmarks.pg19 import (
     Passage,
     format_ppl,
-    hub_documents,
     select_passages,
     special_prefix,
 )
@@ -148,29 +147,6 @@ def test_samples_are_exact_length_deterministic_and_start_with_bos(tmp_path):
     assert special_prefix(CharTokenizer(bos=True)) == [1] and special_prefix(CharTokenizer()) == []
 
 
-def test_hub_loader_reads_a_datasets_split(monkeypatch):
-    import datasets
-
-    table = datasets.Dataset.from_dict({"short_book_title": ["A", "B"], "text": ["x" * 10, "y" * 20]})
-    calls = []
-
-    def fake_load(name, split):
-        calls.append((name, split))
-        return table
-
-    monkeypatch.setattr(datasets, "load_dataset", fake_load)
-    docs = hub_documents("emozilla/pg19-test", "test")
-    assert calls == [("emozilla/pg19-test", "test")]
-    assert [(d.title, len(d.text)) for d in docs] == [("A", 10), ("B", 20)]
-
-    def offline(name, split):
-        raise ConnectionError("no route to host")
-
-    monkeypatch.setattr(datasets, "load_dataset", offline)
-    with pytest.raises(MissingDataError, match="offline corpus"):
-        hub_documents("deepmind/pg19")
-
-
 # ----------------------------------------------------------------------------------------------- loss
 def manual_nll(model, ids: torch.Tensor, tail_from: int) -> tuple[float, float]:
     with torch.no_grad():
@@ -275,8 +251,9 @@ def test_format_ppl_saturates_like_the_paper():
 @needs_corpus
 def test_real_model_on_the_offline_corpus(smollm2):
     bench = get_benchmark("pg19")
-    ctx = SampleContext(lm=smollm2, length=512, limit=1)
+    ctx = SampleContext(lm=smollm2, length=512, limit=1, options={"pg19_source": "offline"})
     (sample,) = bench.samples("pg19", ctx)
     assert sample.meta["title"] == "Genesis" and sample.meta["prompt_tokens"] == 512
+    assert sample.meta["data_source"] == "offline:kjv"
     scores = bench.score(sample, evaluate_one(HFBackend(smollm2), bench.evaluate(sample, ctx)))
     assert 1.5 < scores["ppl"] < 20, scores  # real English prose, not noise (a random model: ~49152)

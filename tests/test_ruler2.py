@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import logging
 import os
 import random
 from functools import cache
@@ -14,9 +13,8 @@ from typing import Any
 
 import pytest
 
-from lampe_eval.benchmarks import datafiles, get_benchmark
+from lampe_eval.benchmarks import get_benchmark
 from lampe_eval.benchmarks.base import CLOSED_BOOK, SampleContext
-from lampe_eval.benchmarks.ruler2 import data as ruler2_data
 from lampe_eval.benchmarks.ruler2.config import load_config
 from lampe_eval.benchmarks.ruler2.data import load_hotpotqa, load_mmlu
 from lampe_eval.benchmarks.ruler2.generators import (
@@ -37,6 +35,7 @@ from lampe_eval.benchmarks.ruler2.scoring import (
     word_error_rate,
 )
 from lampe_eval.benchmarks.ruler2.words import AdjectiveNounKeys
+from lampe_eval.errors import MissingDataError
 from lampe_eval.models import LoadedModel
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ruler2"
@@ -64,8 +63,6 @@ GOLDEN_SEEDED = golden("golden-seeded.jsonl.gz")
 
 @pytest.fixture(autouse=True)
 def _offline(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
-    monkeypatch.setattr(datafiles, "hub_reachable", lambda: False)
-    monkeypatch.setattr(ruler2_data, "hub_reachable", lambda: False)
     monkeypatch.setenv("LAMPE_EVAL_CACHE", str(tmp_path_factory.getbasetemp() / "ruler2-cache"))
 
 
@@ -305,61 +302,41 @@ def test_closed_book_cuts_the_context_out(lm: LoadedModel, task: str) -> None:
             assert not any(r in b.prompt for r in a.references if task != "qa_basic")
 
 
-def test_missing_data_skips_the_task_with_one_line(
-    lm: LoadedModel, caplog: pytest.LogCaptureFixture, tmp_path: Path
-) -> None:
+def test_missing_data_is_one_line_never_a_skipped_task(lm: LoadedModel, tmp_path: Path) -> None:
     load_mmlu.cache_clear()
     ctx = SampleContext(
         lm=lm, length=1024, limit=1, seed=42, data_dir=str(tmp_path), options={"cache": False}
     )
-    with caplog.at_level(logging.WARNING):
-        assert list(get_benchmark("ruler2").samples("mk_niah_easy", ctx)) == []
-    (message,) = [r.getMessage() for r in caplog.records if "ruler2/" in r.getMessage()]
-    assert "mk_niah_easy skipped" in message and "mmlu_test.jsonl" in message and "\n" not in message
+    with pytest.raises(MissingDataError) as err:
+        list(get_benchmark("ruler2").samples("mk_niah_easy", ctx))
+    message = str(err.value)
+    assert message.startswith("ruler2: MMLU: cais/mmlu: config all, split test: not in the hub cache")
+    assert "lampe-eval data fetch" in message and "\n" not in message
+    (source, _) = get_benchmark("ruler2").data_sources("mk_niah_easy", 1024, {}, str(tmp_path))
+    assert source.kind == "hub" and "mmlu_test.jsonl" in source.fix
+    assert get_benchmark("ruler2").data_sources("mk_niah_basic", 1024, {}, None) == []
     assert list(get_benchmark("ruler2").samples("mk_niah_basic", ctx))  # the basic levels need no data
 
 
-def test_hub_rows_give_the_same_data_as_the_files(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``datasets`` rows (the hub's schema: HotpotQA's context and supporting facts as columns) read like
-    the official files; HotpotQA's train split is iterated for its paragraphs only."""
-    datasets = pytest.importorskip("datasets")
-
-    def hotpot(name: str) -> Any:
-        rows = []
-        for r in json.loads((FIXTURES / name).read_text(encoding="utf-8")):
-            facts, context = r["supporting_facts"], r["context"]
-            rows.append(
-                {
-                    "question": r["question"],
-                    "answer": r["answer"],
-                    "supporting_facts": {"title": [f[0] for f in facts], "sent_id": [f[1] for f in facts]},
-                    "context": {"title": [c[0] for c in context], "sentences": [c[1] for c in context]},
-                }
-            )
-        return datasets.Dataset.from_list(rows)
-
-    def mmlu(name: str) -> Any:
-        return datasets.Dataset.from_list([json.loads(x) for x in (FIXTURES / name).read_text().splitlines()])
-
-    def load_dataset(path: str, name: str) -> dict[str, Any]:
-        if (path, name) == ("cais/mmlu", "all"):
-            return {"test": mmlu("mmlu_test.jsonl"), "auxiliary_train": mmlu("mmlu_auxiliary_train.jsonl")}
-        assert (path, name) == ("hotpotqa/hotpot_qa", "distractor")
-        return {
-            "train": hotpot("hotpot_train_v1.1.json"),
-            "validation": hotpot("hotpot_dev_distractor_v1.json"),
-        }
-
-    monkeypatch.setattr(ruler2_data, "hub_reachable", lambda: True)
-    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+def test_hub_rows_give_the_same_data_as_the_files(hub_env: Any) -> None:
+    """MMLU and HotpotQA from the (local) hub's Parquet files, as their READMEs declare the splits, give the
+    data the official files give: the same questions, haystack and fingerprints."""
     hub_mmlu, hub_qa = load_mmlu.__wrapped__(None), load_hotpotqa.__wrapped__(None)
-    assert hub_mmlu.source == "hub:cais/mmlu/all" and hub_qa.source == "hub:hotpotqa/hotpot_qa/distractor"
+    assert hub_mmlu.source.startswith("hub:cais/mmlu@") and "all/test-00000-of-00001" in hub_mmlu.source
+    assert hub_qa.source.startswith("hub:hotpotqa/hotpot_qa@") and "distractor/train-" in hub_qa.source
     assert hub_mmlu.fingerprint == load_mmlu(DATA).fingerprint
-    assert hub_qa.fingerprint == load_hotpotqa(DATA).fingerprint and len(hub_qa.haystack) == 47
+    assert hub_qa.haystack == load_hotpotqa(DATA).haystack and len(hub_qa.haystack) == 47
+    assert hub_qa.needles[: len(load_hotpotqa(DATA).needles)] == load_hotpotqa(DATA).needles
     assert (
         load_mmlu(DATA).needles[0].question.startswith("The seat of government of Kenya is located in which")
     )
     assert "\n" not in load_mmlu(DATA).needles[0].question  # whitespace runs collapsed
+    mmlu = {path for repo, path in hub_env.downloads() if repo == "cais/mmlu"}
+    assert mmlu == {
+        "README.md",
+        "all/test-00000-of-00001.parquet",
+        "all/auxiliary_train-00000-of-00001.parquet",
+    }
 
 
 def test_group_score_and_ladders() -> None:

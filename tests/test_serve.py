@@ -181,7 +181,7 @@ def test_run_against_the_server_writes_the_hf_backends_records(server, qwen3, tm
         out = tmp_path / backend
         args = ["run", "--model", qwen3, "--method", "lampe", "--bench", bench, "--len", str(LONGEST)]
         args += ["--limit", "1", "--backend", backend, "--out", str(out), "--no-progress"]
-        args += ["--task", "niah_single_1"] if bench == "ruler" else []
+        args += ["--task", "niah_single_1"] if bench == "ruler" else ["--opt", "pg19_source=offline"]
         args += ["--endpoint", server[0]] if backend == "openai" else []
         result = CliRunner().invoke(app, args)
         assert result.exit_code == 0, result.output
@@ -204,6 +204,7 @@ def test_run_against_the_server_writes_the_hf_backends_records(server, qwen3, tm
 def test_a_job_whose_method_the_server_does_not_run_is_refused_in_one_line(server, qwen3, tmp_path):
     args = ["run", "--model", qwen3, "--method", "selfextend", "--bench", "pg19", "--len", str(LONGEST)]
     args += ["--limit", "1", "--backend", "openai", "--endpoint", server[0], "--out", str(tmp_path / "R")]
+    args += ["--opt", "pg19_source=offline"]
     result = CliRunner().invoke(app, [*args, "--no-progress"])
     assert (
         result.exit_code != 0 and "serves lampe(" in result.output and "asks for selfextend" in result.output

@@ -282,6 +282,7 @@ grid:
     methods: [selfextend]
     benchmarks: [pg19]
     lengths: [1024]
+options: {pg19_source: offline}
 """  # LaMPE remaps within the window too, so every segment is active at 1K; both keep 2 key copies (2K until
 # CI time asked for less: the records' plumbing is what this checks; every method's segments are checked
 # above)

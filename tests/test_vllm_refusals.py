@@ -163,7 +163,7 @@ def test_a_kv_cache_too_small_for_one_sequence_is_refused_before_any_model_loads
 
 def test_dry_run_says_how_many_sequences_fit_in_the_engine_cache(vllm_present: None) -> None:
     flags = ["--backend", "vllm", "--kv-cache-gib", "8", "--method", "rope,lampe"]
-    code, output = run(*flags, "--bench", "pg19", "--len", "32k")
+    code, output = run(*flags, "--bench", "pg19", "--len", "32k", "--opt", "pg19_source=offline")
     assert code == 0, output
     # rope: 2 head dims per token (1.41 GiB a sequence), lampe: 3 (2.11 GiB)
     assert "| rope | 32k: " in output and "; 5 sequence(s) fit in the engine's 8.00 GiB KV cache" in output

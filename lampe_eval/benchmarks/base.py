@@ -41,6 +41,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..backends.base import Generation, GenerationRequest, Rounds
+from ..data.sources import DataSource
 from ..errors import LampeEvalError, suggestion, unknown
 from ..models import LoadedModel
 from ..options import Option, identity, parse_options
@@ -257,6 +258,14 @@ class Benchmark(ABC):
         """Raise a one-line LampeEvalError for a job that cannot run (checked before any model loads):
         e.g. a length too short for the benchmark's budget, a fixture that does not exist."""
         return None
+
+    def data_sources(
+        self, task: str, length: int, options: Mapping[str, Any], data_dir: str | None
+    ) -> list[DataSource]:
+        """What the job reads, resolved by the same rules ``samples`` loads by, without reading it (``data
+        check``, ``data fetch``, the runner before a model loads). A source that was chosen and is missing
+        is a one-line MissingDataError here. Default: nothing (generated samples)."""
+        return []
 
     # ----------------------------------------------------------------------------------- options
     def option_values(self, ctx: SampleContext) -> dict[str, Any]:

@@ -1,13 +1,16 @@
 """Book-length documents for the benchmarks that need long natural text (PG-19's passages, BABILong's
-background): a folder of ``*.txt`` books, a text data set through ``datasets`` (the PG-19 test set), or the
-offline corpus of :mod:`lampe_eval.data`."""
+background): a folder of ``*.txt`` books, a text data set's split on the hub (the PG-19 test set's Parquet
+files), or the offline corpus of :mod:`lampe_eval.data` (only where the user asks for it)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..data import hub
+from ..data.sources import HubFiles
 from ..errors import MissingDataError
+from .datafiles import read_rows
 
 DEFAULT_DATASET = "emozilla/pg19-test"
 
@@ -51,24 +54,28 @@ def hub_documents(
     split: str = "test",
     field: str = "text",
     title_field: str = "short_book_title",
-) -> list[Document]:
-    """The PG-19 test set (or any text dataset) through ``datasets``; needs hub access."""
-    try:
-        import datasets
-
-        data = datasets.load_dataset(dataset, split=split)
-    except Exception as err:  # noqa: BLE001 - no network, unknown id, missing script: one clear message
-        first = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise MissingDataError(
-            f"pg19: cannot load {dataset!r} split {split!r} ({first}); without hub access drop "
-            "--opt pg19_dataset to use the offline corpus"
-        ) from err
-    if field not in data.column_names:
-        raise MissingDataError(f"pg19: {dataset!r} has no field {field!r} (fields: {data.column_names})")
-    docs = []
-    for i, row in enumerate(data):
-        title = str(row.get(title_field) or f"{dataset}#{i}")
-        docs.append(
-            Document(doc_id=f"{i:05d}", title=title, text=str(row[field]), source=f"{dataset}:{split}")
+    copies: list[Path] | None = None,
+) -> tuple[str, list[Document]]:
+    """(source label, books) of the PG-19 test set (or any text data set) on the hub: the split's data files
+    as the repository declares them (Parquet), downloaded into the hub cache or read from it offline
+    (``copies``: folders holding a copy of the repository's files, read first)."""
+    snapshot = hub.read(book_files(dataset, split), copies=copies or ())
+    rows = read_rows(list(snapshot.paths.values()))
+    if rows and field not in rows[0]:
+        raise MissingDataError(f"pg19: {dataset!r} has no field {field!r} (fields: {', '.join(rows[0])})")
+    label = snapshot.label()
+    docs = [
+        Document(
+            doc_id=f"{i:05d}",
+            title=str(row.get(title_field) or f"{dataset}#{i}"),
+            text=str(row[field]),
+            source=label,
         )
-    return docs
+        for i, row in enumerate(rows)
+    ]
+    return label, docs
+
+
+def book_files(dataset: str, split: str) -> HubFiles:
+    """The data files of a text data set's split on the hub (the PG-19 test set: Parquet)."""
+    return HubFiles(dataset, split=split)

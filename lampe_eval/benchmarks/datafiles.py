@@ -1,34 +1,21 @@
-"""Where benchmark records come from: local data files, the Hugging Face hub, or the test fixture.
-
-One function, :func:`load_task_records`, decides for one (benchmark, task), in this order:
-
-1. ``fixture``: the small fixture shipped as package data, ``fixtures/<benchmark>/<task>.jsonl``
-   (:mod:`lampe_eval.resources`; explicit, never a silent fallback).
-2. A local file in the official record format (JSON Lines, or a ``.json`` array): ``directory``
-   (``--opt <benchmark>_dir=DIR``) or ``--data-dir DIR``, as ``DIR/<benchmark>/<file>``, ``DIR/<file>`` or
-   ``DIR/<subdir>/<file>`` for the benchmark's usual sub-folders (LongBench's ``data/`` from ``data.zip``,
-   L-Eval's ``Closed-ended-tasks/``).
-3. The hub through ``datasets`` when it is reachable.
-
-Otherwise a one-line :class:`MissingDataError` says how to provide the data. The caller records the
-returned source string in every sample's ``meta["data_source"]``. The record format checks (:class:`Schema`),
-the file readers and :func:`hub_reachable` serve every benchmark.
+"""Benchmark data files: the official record formats (:class:`Schema`), their readers (JSON Lines, JSON
+arrays, UTF-8 checked, one-line errors naming the file, line and field), the shipped fixtures and the local
+files a ``--data-dir`` holds. Which source a job reads is decided elsewhere (``Benchmark.data_sources``;
+:mod:`.table_driven` for the benchmarks that read official record files, :mod:`lampe_eval.data.hub` for the
+hub's files).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import socket
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, NoReturn
 
 from .. import resources
 from ..errors import MissingDataError, clip
-from ..options import TRUE, Option
+from ..options import Option
 
 Record = dict[str, Any]  # one record of a benchmark's official data (a JSON object)
 
@@ -141,29 +128,40 @@ def read_text(path: resources.Resource) -> str:
         data = path.read_bytes()
     except OSError as err:
         raise DataFileError(f"{path}: cannot read it ({err.strerror or err})") from err
+    return decode_text(data, str(path))
+
+
+def decode_text(data: bytes, where: str) -> str:
+    """Bytes of a data file (or an archive member) as text: UTF-8, with or without a byte-order mark, any
+    line ends; invalid UTF-8 is a one-line error naming the line."""
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as err:
         line = data[: err.start].count(b"\n") + 1
         raise DataFileError(
-            f"{path}:{line}: not valid UTF-8 (byte 0x{data[err.start]:02x}); save the file as UTF-8"
+            f"{where}:{line}: not valid UTF-8 (byte 0x{data[err.start]:02x}); save the file as UTF-8"
         ) from err
     return text.replace("\r\n", "\n")
 
 
 def read_jsonl_lines(path: resources.Resource) -> tuple[list[dict[str, Any]], list[int]]:
     """The JSON objects of a JSON Lines file (blank lines skipped) and the line each is on."""
+    return parse_jsonl(read_text(path), str(path))
+
+
+def parse_jsonl(text: str, where: str) -> tuple[list[dict[str, Any]], list[int]]:
+    """The JSON objects of JSON Lines text (blank lines skipped) and the line each is on."""
     records: list[dict[str, Any]] = []
     lines: list[int] = []
-    for number, line in enumerate(read_text(path).split("\n"), 1):
+    for number, line in enumerate(text.split("\n"), 1):
         if not line.strip():
             continue
         try:
             record = json.loads(line)
         except json.JSONDecodeError as err:
-            raise DataFileError(f"{path}:{number}: not valid JSON ({err.msg}, column {err.colno})") from err
+            raise DataFileError(f"{where}:{number}: not valid JSON ({err.msg}, column {err.colno})") from err
         if not isinstance(record, dict):
-            raise DataFileError(f"{path}:{number}: expected a JSON object per line, got {json_kind(record)}")
+            raise DataFileError(f"{where}:{number}: expected a JSON object per line, got {json_kind(record)}")
         records.append(record)
         lines.append(number)
     return records, lines
@@ -209,11 +207,16 @@ def _array_object(
 
 
 def read_array_lines(path: resources.Resource) -> tuple[list[dict[str, Any]], list[int]]:
-    """The objects of a ``.json`` file holding one JSON array, and the line each starts on."""
+    """The objects of a ``.json`` file holding one JSON array (or JSON Lines), and the line each starts on."""
     text = read_text(path)
     records: list[dict[str, Any]] = []
     lines: list[int] = []
     at = _skip_space(text, 0)
+    if text.startswith("{", at):  # a .json file written as JSON Lines (pandas' to_json(lines=True))
+        try:
+            return parse_jsonl(text, str(path))
+        except DataFileError:
+            _reject_non_array(path, text)
     if not text.startswith("[", at):
         _reject_non_array(path, text)
     at = _skip_space(text, at + 1)
@@ -268,25 +271,6 @@ def read_records(path: resources.Resource, schema: Schema | None = None) -> list
     return records
 
 
-def hub_reachable(timeout: float = 3.0) -> bool:
-    """False when the HF hub is switched off or cannot be reached (checked once per process)."""
-    return _hub_reachable(timeout)
-
-
-@lru_cache(maxsize=1)
-def _hub_reachable(timeout: float) -> bool:
-    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
-        if os.environ.get(var, "").strip().lower() in TRUE:
-            return False
-    if any(os.environ.get(var) for var in ("HTTPS_PROXY", "https_proxy", "HF_ENDPOINT")):
-        return True  # a proxy or mirror: let `datasets` try
-    try:
-        with socket.create_connection(("huggingface.co", 443), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
 def fixture_path(benchmark: str, task: str) -> tuple[str, resources.Resource | None]:
     """(relative name, file or None) of a task's hand-written fixture."""
     relative = f"fixtures/{benchmark}/{task}.jsonl"
@@ -335,49 +319,23 @@ def find_local_file(
     return None
 
 
-def hub_task_records(hub: Callable[[], list[Record]], hub_label: str, schema: Schema | None) -> list[Record]:
-    """A task's records through ``datasets`` (``hub``), checked; any failure is one line."""
+def read_rows(paths: Sequence[Path], columns: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """The rows of a split's data files, in order: Parquet (``columns``: only those), JSON Lines or JSON
+    arrays (the files a hub repository's README declares for a split)."""
+    rows: list[dict[str, Any]] = []
+    for path in paths:
+        if path.suffix == ".parquet":
+            rows.extend(_parquet_rows(path, columns))
+        else:
+            rows.extend(read_records(path))
+    return rows
+
+
+def _parquet_rows(path: Path, columns: Sequence[str] | None) -> list[dict[str, Any]]:
+    import pyarrow.parquet as pq
+
     try:
-        records = hub()
-    except Exception as err:  # noqa: BLE001 - any hub / datasets failure is reported the same way
-        raise MissingDataError(f"could not load {hub_label} through datasets: {err}".splitlines()[0]) from err
-    if schema is not None:
-        check_records(records, schema, f"hub:{hub_label}")
-    return records
-
-
-def load_task_records(
-    benchmark: str,
-    task: str,
-    *,
-    fixture: bool,
-    directory: str | None,
-    data_dir: str | None,
-    file_names: Sequence[str],
-    subdirs: Sequence[str] = (),
-    hub: Callable[[], list[Record]],
-    hub_label: str,
-    schema: Schema | None = None,
-    offline: bool = False,
-) -> tuple[list[Record], str] | None:
-    """Records of one task and where they came from (``fixture:...``, ``file:...``, ``hub:...``), each
-    checked against ``schema`` (the benchmark's official record format). ``offline``: only a fixture or a
-    local file (the checks before any model loads), None when the records would come from the hub."""
-    if fixture:
-        path = require_fixture(benchmark, task)
-        return read_records(path, schema), f"fixture:fixtures/{benchmark}/{task}.jsonl"
-
-    local = find_local_file(benchmark, directory, data_dir, file_names, subdirs)
-    if local is not None:
-        return read_records(local, schema), f"file:{local}"
-    if offline:
-        return None
-    if hub_reachable():
-        return hub_task_records(hub, hub_label, schema), f"hub:{hub_label}"
-    directory = directory or data_dir
-    where = f" (not in {directory})" if directory else ""
-    raise MissingDataError(
-        f"{benchmark} task {task!r}: the Hugging Face hub is unreachable and no local file was found{where}; "
-        f"pass --data-dir DIR with DIR/{benchmark}/{file_names[0]} in the official format, "
-        f"or --opt fixture=true to run on the tiny hand-written fixture"
-    )
+        table = pq.read_table(path, columns=list(columns) if columns else None)
+    except Exception as err:  # noqa: BLE001 - a broken or foreign file is one line
+        raise DataFileError(f"{path}: cannot read it as Parquet ({type(err).__name__}: {err})") from err
+    return list(table.to_pylist())

@@ -34,12 +34,13 @@ from typing import TYPE_CHECKING, Any
 import jinja2
 
 from ..backends.base import Generation, GenerationRequest, Rounds
+from ..data.sources import HubFiles
 from ..errors import LampeEvalError
 from ..models import LoadedModel
 from ..options import Option
 from .base import BENCHMARKS, CLOSED_BOOK, Metric, Sample, SampleContext, closed_book_option
 from .datafiles import FIXTURE_OPTION, Field, Record, Schema
-from .table_driven import HubLoader, TableDrivenBenchmark
+from .table_driven import TableDrivenBenchmark
 from .tables import load_table, mapping
 
 if TYPE_CHECKING:
@@ -69,7 +70,7 @@ class TaskSpec:
 @dataclass(frozen=True)
 class LEvalConfig:
     dataset: str
-    split: str
+    hub_file: str  # a task's records in the repository ({task})
     max_new_tokens: int
     truncation_step: int
     prompts: dict[str, PromptSpec]
@@ -96,7 +97,7 @@ def parse_config(raw: dict[str, Any], where: str) -> LEvalConfig:
     replace = fact.get("replace") or ["", ""]
     return LEvalConfig(
         dataset=str(raw.get("dataset", "L4NLP/LEval")),
-        split=str(raw.get("split", "test")),
+        hub_file=str(raw.get("hub_file", "LEval/Exam/{task}.jsonl")),
         max_new_tokens=int(raw.get("max_new_tokens", 512)),
         truncation_step=int(raw.get("truncation_step", 250)),
         prompts=prompts,
@@ -293,18 +294,6 @@ def fact_question(instruction: str, config: LEvalConfig) -> str:
 # --------------------------------------------------------------------------- benchmark
 
 
-def _hub_records(dataset: str, task: str, split: str) -> list[dict[str, Any]]:
-    """L-Eval through ``datasets``: the hub repository (a loading script, which ``datasets>=4`` no longer
-    runs), then its auto-converted Parquet branch."""
-    from datasets import load_dataset
-
-    try:
-        rows = load_dataset(dataset, task, split=split)
-    except Exception:  # noqa: BLE001 - fall back to the Parquet export
-        rows = load_dataset(dataset, task, split=split, revision="refs/convert/parquet")
-    return [dict(row) for row in rows]
-
-
 def _paired(record: Mapping[str, Any]) -> str | None:
     instructions, outputs = record["instructions"], record["outputs"]
     if len(instructions) != len(outputs):
@@ -348,13 +337,15 @@ class LEval(TableDrivenBenchmark):
     options = (
         FIXTURE_OPTION,
         Option("leval_dir", Path, None, "directory with the official <task>.jsonl files"),
-        Option("leval_dataset", str, None, "datasets id (default L4NLP/LEval)"),
+        Option(
+            "leval_dataset", str, None, "hub repository with LEval/Exam/<task>.jsonl (default L4NLP/LEval)"
+        ),
         Option("leval_prompt", str, "chat", "prompt style", choices=PROMPT_STYLES),
         Option("chat_template", bool, True, "the model's chat template (false: the plain prompt)"),
         closed_book_option("closed-book control: the user message with an empty {document}"),
     )
     schema = SCHEMA
-    subdirs = ("Closed-ended-tasks", "LEval-data/Closed-ended-tasks")
+    subdirs = ("Closed-ended-tasks", "LEval-data/Closed-ended-tasks", "LEval/Exam")
     bucket_plot = True
     input_length_key = "document_tokens"
     truncation = "the end of the document: its first words, 250 fewer per round, to --len - 512 tokens"
@@ -366,10 +357,11 @@ class LEval(TableDrivenBenchmark):
         document_budget(length)
         super().check_job(task, length, options, data_dir)
 
-    def hub_source(self, task: str, dataset: str | None) -> tuple[HubLoader, str]:
+    def hub_files(self, task: str, dataset: str | None) -> HubFiles:
+        """The task's JSON Lines file (``LEval/Exam/<task>.jsonl``; the repository's loading script is never
+        run)."""
         config = load_config()
-        hub_id = dataset or config.dataset
-        return (lambda: _hub_records(hub_id, task, config.split)), f"{hub_id}/{task}"
+        return HubFiles(dataset or config.dataset, (config.hub_file.format(task=task),))
 
     def keep(self, records: list[Record]) -> list[Record]:
         """The official evaluator scores only "exam" records of these tasks (all of them are)."""

@@ -17,8 +17,9 @@ Per sample, as the official ``pred.py`` / ``eval.py`` do (facts: ``docs/benchmar
    also reports the buckets 0-4k / 4-8k / 8k+ of the record's ``length`` field.
 
 Data: ``--data-dir`` / ``--opt longbench_dir=`` (official JSONL files, e.g. ``data/`` of the official
-``data.zip``), the hub (``THUDM/LongBench``), or ``--opt fixture=true`` (the test fixture; see
-:mod:`lampe_eval.benchmarks.datafiles`). Options: ``chat_template`` (default true), ``code_sim``
+``data.zip``, or ``data.zip`` itself), the hub repository's ``data.zip`` (``zai-org/LongBench``; the old id
+``THUDM/LongBench`` redirects there), or ``--opt fixture=true`` (the test fixture; see
+:mod:`lampe_eval.benchmarks.table_driven`). Options: ``chat_template`` (default true), ``code_sim``
 (``difflib``, the official environment, or ``levenshtein``), ``longbench_dataset`` (another hub id).
 
 :func:`longbench_categories` groups dataset scores into the paper's six categories and averages.
@@ -26,19 +27,22 @@ Data: ``--data-dir`` / ``--opt longbench_dir=`` (official JSONL files, e.g. ``da
 
 from __future__ import annotations
 
+import zipfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..backends.base import Generation, Rounds
+from ..data.hub import Snapshot
+from ..data.sources import HubFiles
 from ..errors import LampeEvalError
 from ..options import Option
 from ..prompts import newline_token
 from . import metrics
 from .base import BENCHMARKS, CLOSED_BOOK, Metric, Sample, SampleContext, closed_book_option
-from .datafiles import FIXTURE_OPTION, Field, Schema
-from .table_driven import HubLoader, TableDrivenBenchmark
+from .datafiles import FIXTURE_OPTION, DataFileError, Field, Schema, decode_text, parse_jsonl
+from .table_driven import TableDrivenBenchmark
 from .tables import load_table, mapping
 
 if TYPE_CHECKING:
@@ -78,7 +82,8 @@ class DatasetSpec:
 @dataclass(frozen=True)
 class LongBenchConfig:
     dataset: str
-    split: str
+    hub_file: str  # the repository's archive
+    hub_member: str  # a task's file in it ({task})
     categories: tuple[str, ...]
     buckets: tuple[tuple[str, float | None], ...]
     datasets: dict[str, DatasetSpec]
@@ -111,8 +116,9 @@ def parse_config(raw: dict[str, Any], where: str) -> LongBenchConfig:
         datasets[spec.name] = spec
     buckets = tuple((str(b["name"]), b.get("below")) for b in raw.get("length_buckets") or ())
     return LongBenchConfig(
-        dataset=str(raw.get("dataset", "THUDM/LongBench")),
-        split=str(raw.get("split", "test")),
+        dataset=str(raw.get("dataset", "zai-org/LongBench")),
+        hub_file=str(raw.get("hub_file", "data.zip")),
+        hub_member=str(raw.get("hub_member", "data/{task}.jsonl")),
         categories=categories,
         buckets=buckets or (("all", None),),
         datasets=datasets,
@@ -214,13 +220,19 @@ def longbench_categories(
 # --------------------------------------------------------------------------- benchmark
 
 
-def _hub_records(dataset: str, config: str, split: str) -> list[dict[str, Any]]:
-    from datasets import load_dataset
+def archive_records(archive: Path, member: str, where: str) -> list[dict[str, Any]]:
+    """The records of one ``data/<task>.jsonl`` inside the official ``data.zip`` (read byte for byte)."""
+    try:
+        with zipfile.ZipFile(archive) as handle:
+            data = handle.read(member)
+    except KeyError:
+        raise DataFileError(f"{where}: the archive has no {member}") from None
+    except (OSError, zipfile.BadZipFile) as err:
+        raise DataFileError(f"{where}: cannot read the archive ({err})") from err
+    return parse_jsonl(decode_text(data, f"{where}/{member}"), f"{where}/{member}")[0]
 
-    return [dict(row) for row in load_dataset(dataset, config, split=split)]
 
-
-# The official record format (THUDM/LongBench's data files and hub rows).
+# The official record format (the records of data.zip's data/<task>.jsonl).
 SCHEMA = Schema(
     "LongBench",
     (
@@ -254,8 +266,8 @@ class LongBench(TableDrivenBenchmark):
     )
     options = (
         FIXTURE_OPTION,
-        Option("longbench_dir", Path, None, "directory with the official <task>.jsonl files"),
-        Option("longbench_dataset", str, None, "datasets id (default THUDM/LongBench)"),
+        Option("longbench_dir", Path, None, "directory with the official <task>.jsonl files or data.zip"),
+        Option("longbench_dataset", str, None, "hub repository with data.zip (default zai-org/LongBench)"),
         Option("chat_template", bool, True, "the model's chat template (the official rule per dataset)"),
         Option("code_sim", str, "difflib", "code_sim's ratio backend", choices=("difflib", "levenshtein")),
         closed_book_option("closed-book control: the template with an empty {context}"),
@@ -272,10 +284,15 @@ class LongBench(TableDrivenBenchmark):
     def default_tasks(self) -> list[str]:
         return list(load_config().datasets)
 
-    def hub_source(self, task: str, dataset: str | None) -> tuple[HubLoader, str]:
+    def hub_files(self, task: str, dataset: str | None) -> HubFiles:
         config = load_config()
-        hub_id = dataset or config.dataset
-        return (lambda: _hub_records(hub_id, task, config.split)), f"{hub_id}/{task}"
+        return HubFiles(dataset or config.dataset, (config.hub_file,))
+
+    def hub_records(self, task: str, snapshot: Snapshot) -> tuple[list[dict[str, Any]], str]:
+        """The task's member of ``data.zip``."""
+        member = load_config().hub_member.format(task=task)
+        archive = snapshot.path(load_config().hub_file)
+        return archive_records(archive, member, str(archive)), snapshot.label(member)
 
     def samples(self, task: str, ctx: SampleContext) -> Iterator[Sample]:
         self.check_task(task)

@@ -23,7 +23,8 @@ long) as the leaderboard reports them (``result.py``: rounded to 1 decimal); ``-
 
 Data: ``--opt fixture=true`` (a few hand-written questions in the official layout), ``--data-dir`` /
 ``--opt longbench_v2_dir=`` with the official ``data.json`` (or ``longbench_v2.jsonl``), else the hub
-(``THUDM/LongBench-v2``, ``--opt longbench_v2_dataset=`` for a mirror).
+(``data.json`` of ``zai-org/LongBench-v2``, where ``THUDM/LongBench-v2`` redirects; ``--opt
+longbench_v2_dataset=`` for a mirror).
 """
 
 from __future__ import annotations
@@ -35,11 +36,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..backends.base import Generation, GenerationRequest, Rounds
+from ..data.sources import HubFiles
 from ..errors import LampeEvalError
 from ..options import Option
 from .base import BENCHMARKS, Metric, Sample, SampleContext, closed_book_option
 from .datafiles import FIXTURE_OPTION, Field, Schema, require_directories
-from .table_driven import HubLoader, TableDrivenBenchmark
+from .table_driven import TableDrivenBenchmark
 from .tables import load_table, mapping
 
 if TYPE_CHECKING:
@@ -57,7 +59,7 @@ _ANSWER_BARE = re.compile(r"The correct answer is ([A-D])")
 @dataclass(frozen=True)
 class LongBenchV2Config:
     dataset: str
-    split: str
+    hub_file: str  # the repository's one data file
     task: str
     max_new_tokens: int
     cot_max_new_tokens: int
@@ -71,7 +73,7 @@ def parse_config(raw: dict[str, Any], where: str) -> LongBenchV2Config:
         raise LampeEvalError(f"{where}: templates lack {', '.join(sorted(missing))}")
     return LongBenchV2Config(
         dataset=str(raw["dataset"]),
-        split=str(raw["split"]),
+        hub_file=str(raw.get("hub_file", "data.json")),
         task=str(raw["task"]),
         max_new_tokens=int(raw["max_new_tokens"]),
         cot_max_new_tokens=int(raw["cot_max_new_tokens"]),
@@ -134,7 +136,7 @@ def split_keys(difficulty: str, length: str) -> tuple[str, str]:
     return f"accuracy_{level}", f"accuracy_{bucket}"
 
 
-# The official record format (THUDM/LongBench-v2's data.json and hub rows).
+# The official record format (the records of the repository's data.json).
 SCHEMA = Schema(
     "LongBench v2",
     (
@@ -149,12 +151,6 @@ SCHEMA = Schema(
         Field("context", (str,), nonempty=True),
     ),
 )
-
-
-def _hub_records(dataset: str, split: str) -> list[dict[str, Any]]:
-    from datasets import load_dataset
-
-    return [dict(row) for row in load_dataset(dataset, split=split)]
 
 
 # --------------------------------------------------------------------------- benchmark
@@ -174,7 +170,9 @@ class LongBenchV2(TableDrivenBenchmark):
     options = (
         FIXTURE_OPTION,
         Option("longbench_v2_dir", Path, None, "directory with the official data.json"),
-        Option("longbench_v2_dataset", str, None, "datasets id (default THUDM/LongBench-v2)"),
+        Option(
+            "longbench_v2_dataset", str, None, "hub repository with data.json (default zai-org/LongBench-v2)"
+        ),
         Option("cot", bool, False, "chain-of-thought: the official two-step protocol (1024 + 128 tokens)"),
         closed_book_option("the official no-context prompt (question and choices only)"),
         Option("chat_template", bool, True, "the model's chat template (the official code always uses it)"),
@@ -196,10 +194,10 @@ class LongBenchV2(TableDrivenBenchmark):
     def file_names(self, task: str) -> list[str]:
         return ["data.json", f"{task}.jsonl"]
 
-    def hub_source(self, task: str, dataset: str | None) -> tuple[HubLoader, str]:
+    def hub_files(self, task: str, dataset: str | None) -> HubFiles:
+        """The repository's ``data.json`` (the 503 records, one JSON array)."""
         config = load_config()
-        hub_id = dataset or config.dataset
-        return (lambda: _hub_records(hub_id, config.split)), f"{hub_id}:{config.split}"
+        return HubFiles(dataset or config.dataset, (config.hub_file,))
 
     def samples(self, task: str, ctx: SampleContext) -> Iterator[Sample]:
         self.check_task(task)

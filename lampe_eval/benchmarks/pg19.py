@@ -17,15 +17,16 @@ every passage of a job has the same length, so this is also exp(mean of the pass
 Memory is O(L): the model's decoder returns hidden states (L x hidden), and the LM head + cross-entropy
 run over chunks of ``pg19_chunk`` positions (default 1024), so no L x vocab logits tensor ever exists.
 
-Data (first that applies):
+Data (first that applies; recorded in ``meta["data_source"]``, never substituted):
 
 * ``--opt pg19_dir=DIR`` (or ``DATA_DIR/pg19`` with ``--data-dir``): every ``*.txt`` file is one document
   (sorted by name), e.g. PG-19 books saved as text;
-* ``--opt pg19_dataset=emozilla/pg19-test`` (any id ``datasets`` loads; also ``pg19_split`` (test),
-  ``pg19_field`` (text), ``pg19_title_field`` (short_book_title)): the real PG-19 test set for users
-  with hub access (``deepmind/pg19`` needs its loading script; the parquet copy is simpler);
-* otherwise the offline corpus of :mod:`lampe_eval.data` (66 public-domain books, the KJV, from a Debian
-  package), which stands in for PG-19 on machines without hub access.
+* ``--opt pg19_source=offline``: the offline corpus of :mod:`lampe_eval.data` (66 public-domain books, the
+  KJV, from a Debian package), a stand-in for PG-19 on machines without the data, when asked for;
+* otherwise (``pg19_source=hub``) the PG-19 test set on the hub: the Parquet files of the ``pg19_split``
+  (test) split of ``pg19_dataset`` (``emozilla/pg19-test``; ``pg19_field`` (text) and ``pg19_title_field``
+  (short_book_title) name its columns), downloaded into the hub cache or read from it offline
+  (``deepmind/pg19`` holds only a loading script, which ``datasets`` >= 4 refuses).
 
 Other options: ``pg19_min_tokens`` (keep the same documents across lengths), ``pg19_per_doc``,
 ``pg19_chunk`` (all declared in :attr:`PG19.options`; ``lampe-eval list`` shows them).
@@ -44,15 +45,25 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..backends.base import NLLRequest, Rounds, TokenNLL
+from ..data import hub
+from ..data.sources import DataSource
 from ..errors import LampeEvalError, MissingDataError
 from ..options import Option
 from .base import BENCHMARKS, Benchmark, Metric, Sample, SampleContext
-from .books import Document, directory_documents, hub_documents, offline_documents
+from .books import (
+    DEFAULT_DATASET,
+    Document,
+    book_files,
+    directory_documents,
+    hub_documents,
+    offline_documents,
+)
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 DEFAULT_CHUNK = 1024
+SOURCES = ("hub", "offline")
 SATURATION = 100.0  # tables print ">10^2" above this (the paper's Appendix D); raw results keep the value
 PPL = Metric("ppl", "perplexity", higher_is_better=False, cap=SATURATION, cap_text=">10^2", log_scale=True)
 PPL_LAST_QUARTER = Metric(
@@ -75,18 +86,38 @@ TOKEN_WEIGHTED = {
 }
 
 
-def resolve_documents(options: dict[str, Any], data_dir: str | None) -> tuple[str, list[Document]]:
-    """(source label, documents) for a job's typed options, following the order in the module docstring."""
+def documents_source(options: Mapping[str, Any], data_dir: str | None) -> DataSource:
+    """Where a job's documents come from (the order in the module docstring), without reading them."""
     directory = options.get("pg19_dir")
-    if not directory and data_dir and (Path(data_dir) / "pg19").is_dir():
+    if options["pg19_source"] == "offline" and not directory:
+        return DataSource("pg19", "offline stand-in for PG-19", "corpus", "kjv")
+    files = book_files(str(options["pg19_dataset"]), str(options["pg19_split"]))
+    fix = "lampe-eval data fetch --bench pg19, or --opt pg19_source=offline (the KJV stand-in)"
+    source = hub.hub_source("pg19", "PG-19 test set", files, data_dir, fix)
+    if source.kind == "hub" and not directory and data_dir and list((Path(data_dir) / "pg19").glob("*.txt")):
         directory = str(Path(data_dir) / "pg19")
     if directory:
-        return f"dir:{directory}", directory_documents(directory)
-    if options.get("pg19_dataset"):
-        dataset, split = str(options["pg19_dataset"]), str(options["pg19_split"])
-        docs = hub_documents(dataset, split, str(options["pg19_field"]), str(options["pg19_title_field"]))
-        return f"hub:{dataset}:{split}", docs
-    return "offline:kjv", offline_documents()
+        return DataSource("pg19", "PG-19 documents", "file", str(directory))
+    return source
+
+
+def resolve_documents(options: Mapping[str, Any], data_dir: str | None) -> tuple[str, list[Document]]:
+    """(source label, documents) for a job's typed options, following the order in the module docstring."""
+    source = documents_source(options, data_dir)
+    if source.kind == "file" and source.hub is None:
+        return f"dir:{source.location}", directory_documents(source.location)
+    if source.kind == "corpus":
+        return "offline:kjv", offline_documents()
+    try:
+        return hub_documents(
+            str(options["pg19_dataset"]),
+            str(options["pg19_split"]),
+            str(options["pg19_field"]),
+            str(options["pg19_title_field"]),
+            copies=hub.copy_folders(data_dir, "pg19"),
+        )
+    except MissingDataError as err:
+        raise MissingDataError(f"pg19: {err}") from err
 
 
 # ------------------------------------------------------------------------------------------ passages
@@ -201,7 +232,9 @@ def _ppl(nll: float) -> float:
 # ------------------------------------------------------------------------------------------- benchmark
 @BENCHMARKS.register("pg19")
 class PG19(Benchmark):
-    summary = "perplexity of book passages cut to exactly the length (PG-19; offline: 66 public-domain books)"
+    summary = (
+        "perplexity of book passages cut to exactly the length (PG-19 test set; offline: the KJV stand-in)"
+    )
     loss_only = True
     metrics = (
         PPL,
@@ -214,7 +247,10 @@ class PG19(Benchmark):
     )
     options = (
         Option("pg19_dir", Path, None, "directory of *.txt documents, one book per file (sorted by name)"),
-        Option("pg19_dataset", str, None, "datasets id of the test set (e.g. emozilla/pg19-test)"),
+        Option(
+            "pg19_source", str, "hub", "hub: PG-19 (pg19_dataset); offline: the KJV stand-in", choices=SOURCES
+        ),
+        Option("pg19_dataset", str, DEFAULT_DATASET, "hub repository of the PG-19 test set (Parquet)"),
         Option("pg19_split", str, "test", "split of pg19_dataset"),
         Option("pg19_field", str, "text", "text field of pg19_dataset"),
         Option("pg19_title_field", str, "short_book_title", "title field (shown in records)", False),
@@ -226,6 +262,11 @@ class PG19(Benchmark):
 
     def tasks(self) -> list[str]:
         return ["pg19"]
+
+    def data_sources(
+        self, task: str, length: int, options: Mapping[str, Any], data_dir: str | None
+    ) -> list[DataSource]:
+        return [documents_source(self.typed_options(options), data_dir)]
 
     def samples(self, task: str, ctx: SampleContext) -> Iterator[Sample]:
         self.check_task(task)
@@ -258,7 +299,7 @@ class PG19(Benchmark):
                 prompt=tokenizer.decode(window),
                 input_ids=window,
                 meta={
-                    "source": source,
+                    "data_source": source,
                     "doc_id": doc_id,
                     "title": title,
                     "offset": passage.offset,

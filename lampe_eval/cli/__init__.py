@@ -1,5 +1,6 @@
 """The ``lampe-eval`` command line (typer + rich): ``list``, ``run``, ``report``, ``fit``, ``dpe-select``,
-and the inspection commands ``show-prompt`` (what the model receives) and ``show-positions`` (position maps).
+``serve``, ``data check`` / ``data fetch`` (a grid's data ahead of a run), and the inspection commands
+``show-prompt`` (what the model receives) and ``show-positions`` (position maps).
 
 One module per command; :mod:`.common` holds the consoles and the one-line errors, :mod:`.params` the
 options several commands share and the help lists generated from the registries. Every command turns its
@@ -16,6 +17,7 @@ import typer
 
 from ..errors import LampeEvalError
 from .common import console, err_console, fail, parse_key_values, say_error
+from .data import data_app
 from .dpe_select import dpe_select_command
 from .fit import fit_command
 from .listing import list_command
@@ -43,6 +45,7 @@ for _name, _command in (
     ("serve", serve_command),
 ):
     app.command(_name, cls=RegistryHelpCommand)(_command)
+app.add_typer(data_app, name="data")
 
 
 def main(argv: list[str] | None = None) -> None:

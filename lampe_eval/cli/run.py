@@ -9,9 +9,11 @@ import typer
 from rich.table import Table
 
 from ..errors import LampeEvalError
-from ..lengths import format_length, parse_lengths
+from ..lengths import format_length
 from ..options import split_list
 from .common import console, fail, parse_key_values, print_line, say_error, say_failures
+from .data import say_check
+from .grid import spec_of
 from .params import (
     Device,
     Dtype,
@@ -106,7 +108,9 @@ def run_command(
         import_option("Module(s) to import first, e.g. one registering your own benchmark."),
     ] = None,
     progress: Progress = True,
-    dry_run: bool = typer.Option(False, "--dry-run", help="Check everything, list the jobs and exit."),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Check everything (data sources included), list the jobs and exit."
+    ),
 ) -> None:
     """Run models x methods x benchmarks x lengths; per-sample records go to OUT/records.jsonl.
 
@@ -120,7 +124,7 @@ def run_command(
         for name, value in (("--limit", limit), ("--workers", workers)):
             if value is not None and value < 1:
                 raise LampeEvalError(f"{name} must be at least 1, got {value}")
-        spec = _spec(experiment, model, method, bench, task, length, param).override(
+        spec = spec_of(experiment, model, method, bench, task, length, param).override(
             limit=limit,
             seed=seed,
             out=str(out) if out is not None else None,
@@ -148,6 +152,9 @@ def run_command(
             for job in exp.jobs:
                 print_line(f"  {job.describe()}  [{job.key()}]")
             say_memory(exp)
+            print_line("data (lampe-eval data fetch gets what is not here):")
+            if say_check(exp.jobs, models=exp.settings.load is None):
+                raise typer.Exit(1)
             return
         result = _run_jobs(exp, store, progress)
     except LampeEvalError as err:
@@ -164,27 +171,6 @@ def say_memory(exp: Experiment) -> None:
         print_line(f"memory at the peak ({exp.settings.backend}{batch}, estimated from the configs):")
     for need in exp.memory:
         print_line(f"  {need.model} | {need.method} | {format_length(need.length)}: {need.describe()}")
-
-
-def _spec(
-    experiment: str | None,
-    model: list[str] | None,
-    method: list[str] | None,
-    bench: list[str] | None,
-    task: list[str] | None,
-    length: list[str] | None,
-    param: list[str] | None,
-) -> ExperimentSpec:
-    """The experiment file's spec, or the grid options' (not both)."""
-    from ..runner.experiment import ExperimentSpec
-
-    if experiment is None:
-        return grid_spec(model, method, bench, task, length, param)
-    grid = {"--model": model, "--method": method, "--bench": bench, "--task": task, "--len": length}
-    given = [name for name, value in {**grid, "--param": param}.items() if value]
-    if given:
-        raise LampeEvalError(f"--experiment defines the grid: drop {', '.join(given)}")
-    return ExperimentSpec.from_file(experiment)
 
 
 def _prepare(spec: ExperimentSpec, settings: RunSettings) -> tuple[Experiment, ResultStore]:
@@ -221,34 +207,6 @@ def _run_jobs(exp: Experiment, store: ResultStore, progress: bool) -> RunResult:
             "rerun the same command to resume",
         )
         raise typer.Exit(130) from None
-
-
-def grid_spec(
-    model: list[str] | None,
-    method: list[str] | None,
-    bench: list[str] | None,
-    task: list[str] | None,
-    length: list[str] | None,
-    param: list[str] | None,
-) -> ExperimentSpec:
-    """The ``run`` grid options as an experiment spec (checked by its ``build``)."""
-    from ..runner.experiment import DEFAULT_MODEL, ExperimentSpec, GridSpec
-
-    lengths = parse_lengths(length or [])
-    if not bench:
-        raise LampeEvalError("--bench is required (or --experiment FILE)")
-    method_names = split_list(method) or ["rope"]
-    overrides = parse_key_values(param, "--param")
-    if overrides and len(method_names) > 1:
-        raise LampeEvalError("--param applies to one method: run the methods separately")
-    tasks = split_list(task) or None
-    grid = GridSpec(
-        models=split_list(model) or [DEFAULT_MODEL],
-        methods=[(m, overrides) for m in method_names],
-        benchmarks=[(b, tasks) for b in split_list(bench)],
-        lengths=lengths,
-    )
-    return ExperimentSpec(name="default", grids=[grid])
 
 
 def show_results(jobs: list[Job], summaries: dict[str, dict[str, float]]) -> None:

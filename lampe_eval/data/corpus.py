@@ -44,6 +44,11 @@ def _bible_command() -> str:
     return path
 
 
+def check_installed() -> None:
+    """A one-line error naming the install when the corpus is not on this machine (nothing is read)."""
+    _bible_command()
+
+
 def _print_kjv() -> str:
     command = [_bible_command(), "-l0", "-m", "8192", "gen1:1-rev22:21"]
     try:

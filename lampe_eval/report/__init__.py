@@ -3,7 +3,8 @@ and our numbers next to the paper's (``paper_tables/`` of :mod:`lampe_eval.resou
 
 ``build_report(["results/x"], out="results/x/report")`` writes::
 
-    tables.md | tables.tex | tables.csv   generic tables, methods as rows (the requested formats)
+    tables.md | tables.tex | tables.csv   the data sources, then generic tables, methods as rows (the
+                                          requested formats)
     report.html                           everything in one self-contained page (format ``html``)
     leaderboard.csv                       one row per model x method x benchmark x length
     (in the tables) effective length      per method, for benchmarks that declare a threshold
@@ -39,6 +40,7 @@ from .formats import REPORT_FORMATS, Report, ReportFormat, ReportInputs
 from .leaderboard import LEADERBOARD_COLUMNS
 from .paper import Comparison, compare, load_paper_table, paper_table_names
 from .plots import make_plots
+from .sources import data_sources_table
 from .tables import generic_tables
 from .uncertainty import Bootstrap, BootstrapSettings
 
@@ -122,8 +124,10 @@ def build_report(
     tables = with_effective_lengths(
         generic_tables(scores, resampler, presentation), scores, threshold, relative, presentation
     )
+    sources = data_sources_table([*records, *closed_records])
     report = Report(
-        tables=with_difficulty_tables(
+        tables=([sources] if sources is not None else [])
+        + with_difficulty_tables(
             with_context_measures(tables, scores, closed_book, resampler, presentation),
             levels,
             resampler,

@@ -191,6 +191,34 @@ class ExperimentSpec:
             backend=key.get("backend", str, "a backend name"),
         )
 
+    def expand(self) -> list[Job]:
+        """The grid's jobs, names and options checked (no model is looked at: ``data check`` and ``data
+        fetch`` need only these)."""
+        from ..benchmarks.base import options_by_benchmark
+
+        import_plugins(self.imports)
+        data_dir = os.path.abspath(os.path.expanduser(self.data_dir)) if self.data_dir else None
+        if not self.grids:
+            raise LampeEvalError(f"experiment {self.name!r} has no grid")
+        tasks = [resolve_tasks(grid.benchmarks) for grid in self.grids]
+        # an option applies to every benchmark of the experiment that declares it
+        per_benchmark = options_by_benchmark([b for pairs in tasks for b, _ in pairs], self.options)
+        jobs: list[Job] = []
+        for grid, bench_tasks in zip(self.grids, tasks, strict=True):
+            methods = [(name, typed_params(name, params)) for name, params in grid.methods]
+            jobs += expand_grid(
+                grid.models,
+                methods,
+                bench_tasks,
+                grid.lengths,
+                self.limit,
+                self.seed,
+                use_configs=grid.use_configs,
+                options=per_benchmark,
+                data_dir=data_dir,
+            )
+        return dedupe(jobs)
+
     def override(self, **values: Any) -> ExperimentSpec:
         """A copy with the given fields replaced (the ``run`` options over the file's values); ``options``
         and ``imports`` are merged."""
@@ -204,8 +232,6 @@ class ExperimentSpec:
     # --------------------------------------------------------------------------------- checking
     def build(self, settings: RunSettings | None = None) -> Experiment:
         """The checked experiment; any bad input is one :class:`LampeEvalError` line (no model loads)."""
-        from ..benchmarks.base import options_by_benchmark
-
         settings = settings or RunSettings()
         if self.backend is not None:
             settings = dataclasses.replace(settings, backend=self.backend)
@@ -215,29 +241,12 @@ class ExperimentSpec:
             settings = dataclasses.replace(settings, engine_log=os.path.join(out, ENGINE_LOG))
         import_plugins(self.imports)  # first: they may register the backend
         check_settings(settings)
+        if settings.load is None:
+            for grid in self.grids:
+                methods = [name for name, _ in grid.methods]
+                check_models(grid.models, settings.backend, methods, settings)
+        jobs = self.expand()
         data_dir = os.path.abspath(os.path.expanduser(self.data_dir)) if self.data_dir else None
-        if not self.grids:
-            raise LampeEvalError(f"experiment {self.name!r} has no grid")
-        tasks = [resolve_tasks(grid.benchmarks) for grid in self.grids]
-        # an option applies to every benchmark of the experiment that declares it
-        per_benchmark = options_by_benchmark([b for pairs in tasks for b, _ in pairs], self.options)
-        jobs: list[Job] = []
-        for grid, bench_tasks in zip(self.grids, tasks, strict=True):
-            methods = [(name, typed_params(name, params)) for name, params in grid.methods]
-            if settings.load is None:
-                check_models(grid.models, settings.backend, [name for name, _ in methods], settings)
-            jobs += expand_grid(
-                grid.models,
-                methods,
-                bench_tasks,
-                grid.lengths,
-                self.limit,
-                self.seed,
-                use_configs=grid.use_configs,
-                options=per_benchmark,
-                data_dir=data_dir,
-            )
-        jobs = dedupe(jobs)
         warnings = check_jobs(jobs, known_windows=settings.load is None)
         memory = memory_needs(jobs, settings) if settings.load is None else []
         check_memory(memory, settings)

@@ -136,8 +136,6 @@ class Worker:
             yield Failed(uid, f"not run: {self.gone}")
             return
         try:
-            if self.model_name != unit.job.model:
-                yield Loading(self.name, unit.job.model)
             yield from self._run(unit, uid)
             yield Finished(uid)
         except Exception as err:  # noqa: BLE001 - reported to the driver, which keeps going
@@ -154,10 +152,13 @@ class Worker:
         from ..benchmarks.sample_cache import tokenizer_fingerprint
 
         job = unit.job
-        backend = self.load(job.model)
-        lm = backend.lm
         bench = get_benchmark(job.benchmark)
         bench.check_task(job.task)
+        prepare_data(bench, job)  # before the model: a data error never costs a model load
+        if self.model_name != job.model:
+            yield Loading(self.name, job.model)
+        backend = self.load(job.model)
+        lm = backend.lm
         resolved = _resolve(job, backend)
         ctx = SampleContext(
             lm=lm,
@@ -241,6 +242,15 @@ class Worker:
             meta={k: v for k, v in sample.meta.items() if k != "stop"},
         )
         return Computed(uid, record)
+
+
+def prepare_data(bench: Benchmark, job: Job) -> None:
+    """The job's data made readable here (hub files downloaded, or found in the cache offline) and checked
+    against its format: a one-line error, before any model loads."""
+    from ..data.check import ensure_all
+
+    ensure_all(bench.data_sources(job.task, job.length, job.options, job.data_dir))
+    bench.check_job(job.task, job.length, job.options, job.data_dir)
 
 
 def _resolve(job: Job, backend: BaseBackend) -> ResolvedMethod:

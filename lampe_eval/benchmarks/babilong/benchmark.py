@@ -14,12 +14,12 @@ labels: ``tasks/babilong/babilong.yaml``):
 Data, first that applies (``--opt source=auto``; recorded in ``meta["data_source"]``):
 
 * ``--opt fixture=true``: local generation on the hand-written bAbI fixture (qa1-qa10) and the background
-  text (offline when PG-19 is not reachable): runs anywhere, smoke tests, not numbers;
+  text (the offline corpus unless ``background=`` says otherwise): runs anywhere, smoke tests, not numbers;
 * a pre-built set ``qaN/<length>.json`` in ``--opt babilong_dir=`` / ``--data-dir`` (``source=dir``);
 * the bAbI files in ``--opt babilong_dir=`` / ``--data-dir``: local generation (``source=generate``);
 * for a pre-built length (``--len`` 1k..512k, 1M, 10M: 4k = 4096 or 4000 tokens), the Hub set
   ``RMT-team/babilong`` (``--opt babilong_dataset=RMT-team/babilong-1k-samples`` for the 1000-sample one)
-  (``source=hub``);
+  (``source=hub``): only the (length, task) files its README declares, e.g. ``data/qa1/4k.json``;
 * otherwise local generation with the bAbI files of the hub (``facebook/babi_qa``) (``source=generate``).
 
 Generated samples are cached as JSON Lines under ``$LAMPE_EVAL_CACHE/babilong/samples/<task>/`` per
@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ...data.sources import DataSource
 from ...errors import LampeEvalError, MissingDataError
 from ...models import LoadedModel, cache_dir
 from ...options import Option
@@ -46,6 +47,7 @@ from ..sample_cache import cached_lines, tokenizer_fingerprint
 from .config import PROMPT_PARTS, BabilongConfig, TaskSpec, load_config
 from .data import (
     BabiSample,
+    babi_files,
     eligible,
     find_local_facts,
     find_prebuilt,
@@ -53,6 +55,7 @@ from .data import (
     hub_prebuilt,
     load_facts,
     parse_babi,
+    prebuilt_files,
     read_prebuilt,
 )
 from .haystack import (
@@ -61,6 +64,7 @@ from .haystack import (
     TOKENS_PER_FACT,
     Background,
     TooShortError,
+    background_source,
     build_haystack,
     resolve_background,
     seed_of,
@@ -289,8 +293,7 @@ class Babilong(Benchmark):
             assert path is not None  # check_job
             records, label = read_prebuilt(path), f"file:{path}"
         else:
-            dataset = options["babilong_dataset"] or self.config.dataset
-            records, label = self._hub(dataset, name, task), f"hub:{dataset}:{name}:{task}"
+            records, label = self._hub(options["babilong_dataset"] or self.config.dataset, name, task)
         for index, record in enumerate(records[: ctx.limit]):
             context = "" if options[CLOSED_BOOK] else str(record["input"])
             prompt = builder.prompt(context, str(record["question"]))
@@ -302,19 +305,51 @@ class Babilong(Benchmark):
             }
             yield Sample(str(index), task, prompt, [str(record["target"])], self.config.max_new_tokens, meta)
 
-    def _hub(self, dataset: str, name: str, task: str) -> list[dict[str, Any]]:
-        from ..datafiles import hub_reachable
-
-        if not hub_reachable():
-            raise MissingDataError(
-                f"babilong: the hub is unreachable for {dataset} ({name}, {task}); pass --data-dir with "
-                f"{task}/{name}.json, the bAbI files to generate samples, or --opt fixture=true"
-            )
+    def _hub(self, dataset: str, name: str, task: str) -> tuple[list[dict[str, Any]], str]:
         try:
-            records = hub_prebuilt(dataset, name, task)
-        except Exception as err:  # noqa: BLE001 - any hub / datasets failure is reported the same way
-            raise MissingDataError(f"could not load {dataset} {name}/{task}: {err}".splitlines()[0]) from err
-        return records
+            return hub_prebuilt(dataset, name, task)
+        except MissingDataError as err:
+            raise MissingDataError(f"babilong/{task} ({name}): {err}") from err
+
+    def data_sources(
+        self, task: str, length: int, options: Mapping[str, Any], data_dir: str | None
+    ) -> list[DataSource]:
+        """The pre-built set, or the bAbI facts and the background text of generation."""
+        task = self.check_task(task)
+        values = self.typed_options(options)
+        self.check_job(task, length, options, data_dir)
+        source = self.pick_source(task, length, values, data_dir)
+        directories = self.directories(values, data_dir)
+        name = self.config.length_name(length)
+        if source == "dir" and name is not None:
+            return [
+                DataSource(
+                    self.name, f"babilong {task} {name}", "file", str(find_prebuilt(task, name, directories))
+                )
+            ]
+        if source == "hub" and name is not None:
+            files = prebuilt_files(values["babilong_dataset"] or self.config.dataset, name, task)
+            fix = f"lampe-eval data fetch --bench babilong --task {task} --len {length}"
+            return [DataSource(self.name, f"babilong {task} {name}", "hub", files.repo, hub=files, fix=fix)]
+        spec = self.config.tasks[task]
+        if values["fixture"]:
+            facts = DataSource(self.name, "bAbI facts", "fixture", fixture_facts_path(self.config, spec)[0])
+        else:
+            local = find_local_facts(self.config, spec, directories)
+            files = babi_files(self.config)
+            facts = (
+                DataSource(self.name, "bAbI facts", "file", local.source.removeprefix("file:"))
+                if local is not None
+                else DataSource(self.name, "bAbI facts", "hub", files.repo, hub=files)
+            )
+        background = background_source(
+            values["background"],
+            values["background_dataset"],
+            str(values["background_dir"]) if values["background_dir"] else None,
+            data_dir,
+            values["fixture"],
+        )
+        return [facts, background]
 
     def _generated(
         self, builder: PromptBuilder, options: Mapping[str, Any], ctx: SampleContext
@@ -323,7 +358,11 @@ class Babilong(Benchmark):
         facts = load_facts(self.config, builder.spec, options["fixture"], directories)
         background_dir = str(options["background_dir"]) if options["background_dir"] else None
         background = resolve_background(
-            options["background"], options["background_dataset"], background_dir, ctx.data_dir
+            options["background"],
+            options["background_dataset"],
+            background_dir,
+            ctx.data_dir,
+            options["fixture"],
         )
         data = GeneratedSet(
             builder, parse_babi(facts.text), facts.fingerprint, background, ctx.length, ctx.seed
@@ -334,7 +373,7 @@ class Babilong(Benchmark):
             closed = options[CLOSED_BOOK]
             prompt = builder.prompt("" if closed else line["context"], line["question"])
             meta = {
-                "data_source": f"generated:seed{ctx.seed}",
+                "data_source": f"generated:seed{ctx.seed} from {facts.source} in {background.label}",
                 "facts": facts.source,
                 "background": background.label,
                 "background_books": line["background_books"],

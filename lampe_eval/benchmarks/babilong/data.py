@@ -8,8 +8,8 @@ bAbI files (``<babi_file>_train.txt`` of ``tasks_1-20_v1-2/en-10k``) are found, 
 2. ``--opt babilong_dir=DIR`` or ``--data-dir DIR``: the extracted archive (``DIR/tasks_1-20_v1-2/en-10k/``,
    ``DIR/en-10k/``, ``DIR/`` itself, each also under ``DIR/babilong/``) or the archive itself
    (``tasks_1-20_v1-2.tar.gz`` / ``.zip``, BABILong's ``data/tasks_1-20_v1-2.zip``);
-3. the hub: ``facebook/babi_qa``'s ``data/tasks_1-20_v1-2.tar.gz`` (the bAbI v1.2 archive) through
-   ``huggingface_hub``.
+3. the hub: ``facebook/babi_qa``'s ``data/tasks_1-20_v1-2.tar.gz`` (the bAbI v1.2 archive), downloaded
+   into the hub cache or read from it offline.
 """
 
 from __future__ import annotations
@@ -23,8 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from ... import resources
+from ...data import hub
+from ...data.sources import HubFiles
 from ...errors import MissingDataError
-from ..datafiles import Field, Schema, hub_reachable, read_records
+from ..datafiles import Field, Schema, check_records, read_records, read_rows
 from .config import BabilongConfig, TaskSpec
 
 ARCHIVES = ("tasks_1-20_v1-2.tar.gz", "tasks_1-20_v1-2.zip")
@@ -89,6 +91,7 @@ def _roots(directories: list[str]) -> Iterator[Path]:
         root = Path(directory).expanduser()
         yield root
         yield root / "babilong"
+        yield root / "babilong" / "data"  # `data fetch --data-dir`: facebook/babi_qa's data/ archive
 
 
 def _read_member(archive: Path, member: str) -> str | None:
@@ -126,16 +129,19 @@ def fixture_facts_path(config: BabilongConfig, spec: TaskSpec) -> tuple[str, res
     return relative, resources.find(relative)
 
 
+def babi_files(config: BabilongConfig) -> HubFiles:
+    """The bAbI v1.2 archive on the hub."""
+    return HubFiles(config.babi_hub_repo, (config.babi_hub_file,))
+
+
 def hub_facts(config: BabilongConfig, spec: TaskSpec) -> FactsFile:
     """The task's file from the bAbI v1.2 archive on the hub (downloaded once into the hub cache)."""
-    from huggingface_hub import hf_hub_download
-
-    archive = hf_hub_download(config.babi_hub_repo, config.babi_hub_file, repo_type="dataset")
+    snapshot = hub.read(babi_files(config))
     member = f"{config.babi_folder}/{spec.babi_file}_{config.babi_split}.txt"
-    text = _read_member(Path(archive), member)
+    text = _read_member(snapshot.path(config.babi_hub_file), member)
     if text is None:
         raise MissingDataError(f"{config.babi_hub_repo}:{config.babi_hub_file} has no {member}")
-    return FactsFile(text, f"hub:{config.babi_hub_repo}:{config.babi_hub_file}:{member}")
+    return FactsFile(text, snapshot.label(member))
 
 
 def load_facts(config: BabilongConfig, spec: TaskSpec, fixture: bool, directories: list[str]) -> FactsFile:
@@ -148,19 +154,14 @@ def load_facts(config: BabilongConfig, spec: TaskSpec, fixture: bool, directorie
     found = find_local_facts(config, spec, directories)
     if found is not None:
         return found
-    if hub_reachable():
-        try:
-            return hub_facts(config, spec)
-        except MissingDataError:
-            raise
-        except Exception as err:  # noqa: BLE001 - any hub failure is reported the same way
-            raise MissingDataError(f"could not download the bAbI archive: {err}".splitlines()[0]) from err
-    where = f" (not in {', '.join(directories)})" if directories else ""
-    raise MissingDataError(
-        f"babilong task {spec.name}: no bAbI facts{where} and the hub is unreachable; pass --data-dir DIR "
-        f"with {config.babi_folder}/{spec.babi_file}_{config.babi_split}.txt (the bAbI v1.2 archive, "
-        "tasks_1-20_v1-2.tar.gz), or --opt fixture=true for the hand-written fixture"
-    )
+    try:
+        return hub_facts(config, spec)
+    except MissingDataError as err:
+        where = f" (not in {', '.join(directories)})" if directories else ""
+        raise MissingDataError(
+            f"babilong task {spec.name}: no bAbI facts{where}: {err}; or pass --data-dir DIR with "
+            f"{config.babi_folder}/{spec.babi_file}_{config.babi_split}.txt (the bAbI v1.2 archive)"
+        ) from err
 
 
 # --------------------------------------------------------------------------- pre-built sets
@@ -193,8 +194,16 @@ def read_prebuilt(path: Path) -> list[dict[str, Any]]:
     return read_records(path, SCHEMA)
 
 
-def hub_prebuilt(dataset: str, name: str, task: str) -> list[dict[str, Any]]:
-    """``load_dataset(dataset, <length name>)[<task>]`` as the official runner reads it."""
-    from datasets import load_dataset
+def prebuilt_files(dataset: str, name: str, task: str) -> HubFiles:
+    """The data files of ``load_dataset(dataset, <length name>)[<task>]`` (the official runner's read), as
+    the repository's README declares them: ``data/qaN/<length>.json`` in ``RMT-team/babilong``."""
+    return HubFiles(dataset, config=name, split=task)
 
-    return [dict(row) for row in load_dataset(dataset, name, split=task)]
+
+def hub_prebuilt(dataset: str, name: str, task: str) -> tuple[list[dict[str, Any]], str]:
+    """The records of one pre-built set on the hub (only its files are downloaded), checked, and their
+    source label."""
+    snapshot = hub.read(prebuilt_files(dataset, name, task))
+    records = read_rows(list(snapshot.paths.values()))
+    check_records(records, SCHEMA, snapshot.label())
+    return records, snapshot.label()

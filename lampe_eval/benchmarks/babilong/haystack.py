@@ -17,10 +17,12 @@ template, special tokens), has at most ``length - max_new_tokens`` tokens (``cre
 builds ``length - 300`` GPT-2 tokens of haystack for every model). Samples with more than
 ``budget // 8`` lines of facts and question are left out, as ``create_tasks.py`` does (``max_n_facts``).
 
-Background text: PG-19's test split from the hub (``--opt background_dataset=``, default
-``emozilla/pg19-test``), a folder of ``*.txt`` books (``--opt background_dir=`` or ``DATA_DIR/pg19``), or,
-when PG-19 is not reachable, the offline book corpus of :mod:`lampe_eval.data` (chapter headings and
-verse numbers removed). Every sample records which (``meta["background"]``) and the books it drew from.
+Background text (``--opt background=``, resolved without looking at the network, never substituted): a
+folder of ``*.txt`` books (``--opt background_dir=`` or ``DATA_DIR/pg19``), else PG-19's test split from the
+hub (``--opt background_dataset=``, default ``emozilla/pg19-test``; downloaded into the hub cache or read from
+it offline); the offline book corpus of :mod:`lampe_eval.data` (chapter headings and verse numbers removed)
+with ``background=offline``, and by default for the hand-written fixture (``--opt fixture=true``: a smoke
+setup that runs anywhere). Every sample records which (``meta["background"]``) and the books it drew from.
 
 Each sample draws from its own generator, seeded by (task, length, seed, index), so sample ``i`` is the
 same whatever ``--limit`` is; which bAbI question sample ``i`` asks is the ``i``-th of a seeded shuffle of
@@ -40,9 +42,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ...data import hub
+from ...data.sources import DataSource
 from ...errors import LampeEvalError, MissingDataError
-from ..books import directory_documents, hub_documents
-from ..datafiles import hub_reachable
+from ..books import book_files, directory_documents, hub_documents
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -85,8 +88,8 @@ def _offline_books() -> list[tuple[str, str]]:
 
 
 @lru_cache(maxsize=2)
-def _hub_books(dataset: str) -> list[tuple[str, str]]:
-    return [(doc.title, doc.text) for doc in hub_documents(dataset, "test")]
+def _hub_books(dataset: str, copies: tuple[Path, ...]) -> list[tuple[str, str]]:
+    return [(doc.title, doc.text) for doc in hub_documents(dataset, "test", copies=list(copies))[1]]
 
 
 def _dir_books(directory: str) -> list[tuple[str, str]]:
@@ -98,28 +101,45 @@ def _dir_fingerprint(directory: str) -> str:
     return hashlib.sha256(repr(files).encode()).hexdigest()[:10]
 
 
-def resolve_background(mode: str, dataset: str, directory: str | None, data_dir: str | None) -> Background:
-    """The background source of a job (books load lazily, only when a sample is generated)."""
-    from ...data import corpus_description
-
+def background_source(
+    mode: str, dataset: str, directory: str | None, data_dir: str | None, fixture: bool
+) -> DataSource:
+    """Where a job's background text comes from (see the module docstring), without reading it."""
     if mode not in BACKGROUND_MODES:
         raise LampeEvalError(f"babilong: background={mode}: choose one of {', '.join(BACKGROUND_MODES)}")
-    if mode != "offline":
-        if not directory and data_dir and (Path(data_dir) / "pg19").is_dir():
-            directory = str(Path(data_dir) / "pg19")
-        if directory:
-            if not Path(directory).is_dir():
-                raise MissingDataError(f"babilong: background_dir={directory} is not a directory")
-            label = f"dir:{directory}:{_dir_fingerprint(directory)}"
-            return Background(label, f"books in {directory}", lambda: _dir_books(str(directory)))
-        if hub_reachable():
-            return Background(f"pg19:{dataset}:test", f"PG-19 test ({dataset})", lambda: _hub_books(dataset))
-        if mode == "pg19":
-            raise MissingDataError(
-                "babilong: PG-19 is not reachable (background=pg19): pass --opt background_dir=DIR with "
-                "*.txt books, or allow the offline corpus (background=auto or offline)"
-            )
-        log.warning("babilong background text: PG-19 unreachable, using the offline book corpus")
+    offline = DataSource("babilong", "background text (offline stand-in for PG-19)", "corpus", "kjv")
+    if mode == "offline" or (mode == "auto" and fixture and not directory):
+        return offline
+    if not directory and data_dir and (Path(data_dir) / "pg19").is_dir():
+        directory = str(Path(data_dir) / "pg19")
+    if directory:
+        if not Path(directory).is_dir():
+            raise MissingDataError(f"babilong: background_dir={directory} is not a directory")
+        return DataSource("babilong", "background books", "file", str(directory))
+    files = book_files(dataset, "test")
+    fix = "lampe-eval data fetch --bench babilong, or --opt background=offline (the KJV stand-in)"
+    return hub.hub_source("babilong", "background text (PG-19 test set)", files, data_dir, fix)
+
+
+def resolve_background(
+    mode: str, dataset: str, directory: str | None, data_dir: str | None, fixture: bool = False
+) -> Background:
+    """The background of a job (books load lazily, only when a sample is generated)."""
+    from ...data import corpus_description
+
+    source = background_source(mode, dataset, directory, data_dir, fixture)
+    if source.kind == "file" and source.hub is None:
+        where = source.location
+        label = f"dir:{where}:{_dir_fingerprint(where)}"
+        return Background(label, f"books in {where}", lambda: _dir_books(where))
+    if source.hub is not None:  # the PG-19 test set: on the hub, or a copy under --data-dir
+        copies = tuple(hub.copy_folders(data_dir, "babilong"))
+        try:  # the files now (their commit names the background), the books when a sample needs them
+            snapshot = hub.read(source.hub, copies=copies)
+        except MissingDataError as err:
+            raise MissingDataError(f"babilong background: {err}") from err
+        label = f"pg19:{snapshot.label()}"
+        return Background(label, f"PG-19 test ({dataset})", lambda: _hub_books(dataset, copies))
     corpus = corpus_description().replace("; stands in for PG-19 offline", "")
     return Background("offline:kjv", f"offline stand-in for PG-19: {corpus}", _offline_books)
 

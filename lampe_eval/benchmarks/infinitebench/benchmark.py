@@ -31,8 +31,9 @@ Data, first that applies (recorded in ``sample.meta["data_source"]``, the key Lo
   depths (at 32K only the 16 of 59 outer depths survive, hence the paper's 27.12 = 16/59 for PassKey and
   Number); ``--opt source=hub`` (or ``--data-dir``) reproduces that, and the packaged experiment ``table2``
   uses it;
-* otherwise the Hub dataset ``xinrongzhang2022/InfiniteBench`` through ``datasets`` (``source=hub``,
-  ``--opt dataset=ID`` for a copy); offline this fails with one line that says what to pass instead.
+* otherwise the task's ``<task>.jsonl`` of the hub repository ``xinrongzhang2022/InfiniteBench`` (only that
+  file; ``source=hub``, ``--opt dataset=ID`` for a copy), downloaded into the hub cache or read from it
+  offline; neither is one line that says what to pass instead.
 
 ``--limit N`` on the official files takes N records spread over the file by a seeded permutation (the files
 are sorted by needle depth), on the fixture the first N, on generated tasks samples 0..N-1.
@@ -55,6 +56,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
+from ...data.sources import DataSource
 from ...errors import LampeEvalError, MissingDataError
 from ...models import LoadedModel, cache_dir
 from ...options import Option
@@ -63,7 +65,16 @@ from ..base import BENCHMARKS, CLOSED_BOOK, Benchmark, Metric, Sample, SampleCon
 from ..datafiles import FIXTURE_OPTION
 from ..sample_cache import cached_lines, tokenizer_fingerprint
 from .config import InfiniteBenchConfig, TaskSpec, load_config
-from .data import Record, fill_template, find_task_file, fixture_file, gold, hub_records, read_jsonl
+from .data import (
+    Record,
+    fill_template,
+    find_task_file,
+    fixture_file,
+    gold,
+    hub_files,
+    hub_records,
+    read_jsonl,
+)
 from .scoring import score_one
 from .synthetic import GENERATOR_VERSION, SyntheticTask, TooShortError, fit_size
 
@@ -208,7 +219,9 @@ class InfiniteBench(Benchmark):
         Option("chat_template", bool, None, "use the chat template (default: only for chat-style templates)"),
         FIXTURE_OPTION,
         Option("source", str, "auto", "where records come from", choices=SOURCES),
-        Option("dataset", str, None, "datasets id (default xinrongzhang2022/InfiniteBench)"),
+        Option(
+            "dataset", str, None, "hub repository of <task>.jsonl (default xinrongzhang2022/InfiniteBench)"
+        ),
         Option("num_samples", int, None, "generated tasks: samples without --limit (official counts)", False),
         Option("max_new_tokens", int, None, "generation budget (default: the official one per task)"),
         Option("cache", bool, True, "keep generated samples on disk (false: in memory only)", False),
@@ -246,8 +259,15 @@ class InfiniteBench(Benchmark):
                 f"infinitebench/{task}: no fixture ({fixture_file(task)[0]}, package data)"
             )
         if source in ("fixture", "dir"):  # a local file is checked now, before any model loads
-            for record in self.local_records(task, source, data_dir)[1]:
-                gold(task, record)
+            records = self.local_records(task, source, data_dir)[1]
+        else:  # the hub's file, when it is in the cache already
+            records = (
+                (hub_records(self.dataset(values), task, offline=True) or ("", []))[1]
+                if source == "hub"
+                else []
+            )
+        for record in records:
+            gold(task, record)
 
     # ------------------------------------------------------------------------------------ data
     def source(self, task: str, ctx: SampleContext) -> str:
@@ -276,8 +296,29 @@ class InfiniteBench(Benchmark):
         """(source label, records) for a non-generated source."""
         if source in ("fixture", "dir"):
             return self.local_records(task, source, ctx.data_dir)
-        dataset = self.option_values(ctx)["dataset"] or self.config.dataset
-        return f"hub:{dataset}:{task}", hub_records(dataset, task)
+        found = hub_records(self.dataset(self.option_values(ctx)), task)
+        assert found is not None  # not offline: the records, or a one-line error
+        return found
+
+    def dataset(self, options: Mapping[str, Any]) -> str:
+        return str(options["dataset"] or self.config.dataset)
+
+    def data_sources(
+        self, task: str, length: int, options: Mapping[str, Any], data_dir: str | None
+    ) -> list[DataSource]:
+        task = self.check_task(task)
+        values = self.typed_options(options)
+        source = self.pick_source(task, values, data_dir)
+        what = f"infinitebench {task}"
+        if source == "fixture":
+            return [DataSource(self.name, what, "fixture", fixture_file(task)[0])]
+        if source == "dir":
+            return [DataSource(self.name, what, "file", str(find_task_file(str(data_dir), task)))]
+        if source == "generate":
+            return []
+        files = hub_files(self.dataset(values), task)
+        fix = f"lampe-eval data fetch --bench infinitebench --task {task}"
+        return [DataSource(self.name, what, "hub", files.repo, hub=files, fix=fix)]
 
     def local_records(self, task: str, source: str, data_dir: str | None) -> tuple[str, list[Record]]:
         """(source label, records) of the fixture or of ``--data-dir``, in the official format (checked)."""

@@ -2,8 +2,9 @@
 
 A record has the official fields ``id``, ``context``, ``input``, ``answer`` and ``options``. The raw
 files give ``answer`` as a string, an integer, a list of strings or a list of integers depending on the
-task; the Hub loader casts every split to one schema (the maintainers' advice, InfiniteBench issue #19),
-after which answers are lists of strings. :func:`normalize_record` brings both forms to that shape.
+task (why ``load_dataset`` on the repository needs one cast schema: InfiniteBench issue #19);
+:func:`normalize_record` brings every form to a list of strings. The hub repository holds one
+``<task>.jsonl`` per task: lampe-eval reads that one file (:func:`hub_records`).
 """
 
 from __future__ import annotations
@@ -12,15 +13,14 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ... import resources
+from ...data import hub
+from ...data.sources import HubFiles
 from ...errors import LampeEvalError, MissingDataError
 from ...resources import Resource
-from ..datafiles import Field, Schema, check_records, hub_reachable, read_jsonl_lines
-
-if TYPE_CHECKING:
-    import datasets
+from ..datafiles import Field, Schema, check_records, read_jsonl_lines
 
 OPTION_LETTERS = "ABCD"
 
@@ -111,40 +111,22 @@ def fixture_file(task: str) -> tuple[str, Resource | None]:
     return relative, resources.find(relative)
 
 
-def hub_features() -> datasets.Features:
-    import datasets
-
-    return datasets.Features(
-        {
-            "id": datasets.Value("int64"),
-            "context": datasets.Value("string"),
-            "input": datasets.Value("string"),
-            "answer": datasets.Sequence(datasets.Value("string")),
-            "options": datasets.Sequence(datasets.Value("string")),
-        }
-    )
+def hub_files(dataset: str, task: str) -> HubFiles:
+    """The task's one file in the hub repository (not the 12 splits ``load_dataset`` would build, ~2.6 GB)."""
+    return HubFiles(dataset, (f"{task}.jsonl",))
 
 
-def hub_records(dataset: str, task: str) -> list[Record]:
-    """One task (a split of the Hub dataset) through ``datasets``; needs hub access."""
-    offline_hint = (
-        f"offline, pass --data-dir DIR holding the official {task}.jsonl, "
-        "or --opt fixture=true (tiny test fixture)"
-    )
-    if not hub_reachable():  # fail at once instead of datasets' retries
-        raise MissingDataError(
-            f"infinitebench/{task}: the Hugging Face hub is unreachable ({dataset!r}); {offline_hint}"
-        )
+def hub_records(dataset: str, task: str, *, offline: bool = False) -> tuple[str, list[Record]] | None:
+    """(source label, records) of the task's file from the hub (downloaded into its cache once), checked
+    like a local file; ``offline``: from the cache only, None when it is not there."""
+    files = hub_files(dataset, task)
     try:
-        import datasets
-
-        data = datasets.load_dataset(dataset, split=task, features=hub_features())
-    except Exception as err:  # noqa: BLE001 - no network, unknown id/split: one clear message
-        first = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise MissingDataError(
-            f"infinitebench/{task}: cannot load {dataset!r} split {task!r} ({first}); {offline_hint}"
-        ) from err
-    return [normalize_record(dict(row), i) for i, row in enumerate(data)]
+        snapshot = hub.cached(files) if offline else hub.read(files)
+    except MissingDataError as err:
+        raise MissingDataError(f"infinitebench/{task}: {err}") from err
+    if snapshot is None:
+        return None
+    return snapshot.label(), read_jsonl(snapshot.path(f"{task}.jsonl"), task)
 
 
 # ----------------------------------------------------------------------------- gold and prompt fields

@@ -24,14 +24,15 @@ import struct
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from ...errors import LampeEvalError, MissingDataError
+from ...data.sources import DataSource
+from ...errors import LampeEvalError
 from ...models import cache_dir
 from ...options import Option
 from ...prompts import prompt_token_count
 from ..base import BENCHMARKS, CLOSED_BOOK, Benchmark, Metric, Sample, SampleContext, closed_book_option
 from ..sample_cache import cached_lines, read_lines, tokenizer_fingerprint
 from .config import DIFFICULTIES, LADDERS, TaskConfig, load_config
-from .data import load_hotpotqa, load_mmlu
+from .data import HOTPOT_FILES, HOTPOT_HUB, MMLU_FILES, MMLU_HUB, load_hotpotqa, load_mmlu, split_sources
 from .generators import SHUFFLES, Generator, Setup, make_generator, next_sample, official_count, setup
 from .scoring import METRIC_FNS, group_score
 
@@ -217,15 +218,20 @@ class Ruler2Benchmark(Benchmark):
         cfg = self.task_config(task)
         options = self.option_values(ctx)
         count = ctx.limit if ctx.limit is not None else options["num_samples"] or load_config().num_samples
-        try:
-            data = TaskData(cfg, ctx)
-        except MissingDataError as err:
-            if cfg.generator == "niah":
-                raise
-            log.warning("ruler2/%s skipped: %s", task, err)
-            return
+        data = TaskData(cfg, ctx)  # missing data is a one-line error, never a skipped task
         for line in data.lines(count):
             yield data.sample(line)
+
+    def data_sources(
+        self, task: str, length: int, options: Mapping[str, Any], data_dir: str | None
+    ) -> list[DataSource]:
+        """MMLU's test and auxiliary_train splits (the MMLU tasks), HotpotQA's validation and train (qa)."""
+        generator = self.task_config(task).generator
+        if generator == "mmlu":
+            return list(split_sources("MMLU", MMLU_FILES, MMLU_HUB, data_dir).values())
+        if generator == "qa":
+            return list(split_sources("HotpotQA", HOTPOT_FILES, HOTPOT_HUB, data_dir).values())
+        return []
 
     def check_job(self, task: str, length: int, options: Mapping[str, Any], data_dir: str | None) -> None:
         values = self.typed_options(options)

@@ -14,8 +14,9 @@ generators use.
 Sources, first found wins: files in ``--data-dir`` (``DIR/ruler2/`` or ``DIR``): ``mmlu_test.jsonl`` and
 ``mmlu_auxiliary_train.jsonl`` (JSON Lines or ``.json`` arrays of the hub's rows: question, choices, answer),
 ``hotpot_dev_distractor_v1.json`` and ``hotpot_train_v1.1.json`` (the official HotpotQA files, or the hub's
-rows); then ``datasets.load_dataset`` with the official ids when the hub is reachable. Otherwise a one-line
-:class:`MissingDataError`.
+rows); else the splits' Parquet files on the hub (``cais/mmlu`` ``all``, ``hotpotqa/hotpot_qa``
+``distractor``; their cards declare them), downloaded into the hub cache or read from it offline. Otherwise
+a one-line :class:`MissingDataError`.
 """
 
 from __future__ import annotations
@@ -26,10 +27,13 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
+from ...data import hub
+from ...data.sources import DataSource, HubFiles
 from ...errors import MissingDataError
-from ..datafiles import Field, Schema, check_records, find_local_file, hub_reachable, read_records
+from ..datafiles import Field, Schema, check_records, find_local_file, read_records, read_rows
 
 BENCHMARK = "ruler2"
 LETTERS = ("A", "B", "C", "D")
@@ -147,39 +151,51 @@ def hotpot_haystack(rows: Iterable[Mapping[str, Any]]) -> tuple[str, ...]:
     return tuple(sorted(docs))
 
 
+def split_sources(
+    what: str, files: Mapping[str, tuple[str, ...]], hub_config: tuple[str, str], data_dir: str | None
+) -> dict[str, DataSource]:
+    """Where each split comes from: the local files when every split has one, else the splits' data files
+    on the hub (the repository's README declares them; Parquet)."""
+    local = {split: find_local_file(BENCHMARK, None, data_dir, names) for split, names in files.items()}
+    if all(path is not None for path in local.values()):
+        return {
+            split: DataSource(BENCHMARK, f"{what} {split}", "file", str(path))
+            for split, path in local.items()
+        }
+    repo, config = hub_config
+    names = " and ".join(n[0] for n in files.values())
+    fix = f"lampe-eval data fetch --bench {BENCHMARK}, or put {names} in --data-dir"
+    return {
+        split: hub.hub_source(
+            BENCHMARK, f"{what} {split}", HubFiles(repo, config=config, split=split), data_dir, fix
+        )
+        for split in files
+    }
+
+
 def _splits(
     what: str,
     files: Mapping[str, tuple[str, ...]],
-    hub: tuple[str, str],
+    hub_config: tuple[str, str],
     data_dir: str | None,
     columns: Mapping[str, Sequence[str]] | None = None,
 ) -> tuple[dict[str, Iterable[Mapping[str, Any]]], str]:
-    """Each split's rows and where they come from: the local files when every split has one (read whole),
-    else the hub (``datasets`` rows, iterated lazily: HotpotQA's train split is large; ``columns`` keeps
-    only what a split needs)."""
-    local = {split: find_local_file(BENCHMARK, None, data_dir, names) for split, names in files.items()}
-    if all(path is not None for path in local.values()):
-        rows: dict[str, Iterable[Mapping[str, Any]]] = {
-            split: read_records(path) for split, path in local.items() if path is not None
-        }
-        return rows, "file:" + ",".join(str(p) for p in local.values())
-    wanted = " and ".join(names[0] for names in files.values())
-    if not hub_reachable():
-        raise MissingDataError(
-            f"{what} is not available offline: put {wanted} in --data-dir (or DIR/{BENCHMARK}/), "
-            f"or run where the Hugging Face hub is reachable ({hub[0]})"
-        )
-    try:
-        import datasets
-
-        loaded = datasets.load_dataset(*hub)
-        rows = {}
-        for split in files:
-            keep = (columns or {}).get(split)
-            rows[split] = loaded[split].select_columns(list(keep)) if keep else loaded[split]
-    except Exception as err:  # noqa: BLE001 - any hub / datasets failure is reported the same way
-        raise MissingDataError(f"could not load {what} through datasets: {err}".splitlines()[0]) from err
-    return rows, f"hub:{hub[0]}/{hub[1]}"
+    """Each split's rows and where they come from (:func:`split_sources`; ``columns`` keeps only what a
+    split needs: HotpotQA's train split is large)."""
+    rows: dict[str, Iterable[Mapping[str, Any]]] = {}
+    labels = []
+    for split, source in split_sources(what, files, hub_config, data_dir).items():
+        if source.hub is None:
+            rows[split], label = read_records(Path(source.location)), f"file:{source.location}"
+        else:
+            try:
+                snapshot = hub.read(source.hub, copies=hub.copy_folders(data_dir, BENCHMARK))
+            except MissingDataError as err:
+                raise MissingDataError(f"{BENCHMARK}: {what}: {err}") from err
+            rows[split] = read_rows(list(snapshot.paths.values()), (columns or {}).get(split))
+            label = snapshot.label()
+        labels.append(label)
+    return rows, ",".join(labels)
 
 
 @lru_cache(maxsize=2)
