@@ -433,7 +433,7 @@ def check_hub_cache(repo_id: str) -> None:
             raise remote_code_error(f"model {repo_id!r}", why)
 
 
-def _hub_id(source: str) -> bool:
+def is_hub_id(source: str) -> bool:
     """Whether transformers reads ``source`` from the hub (not a local directory or file)."""
     return "/" in source and not source.startswith((".", "/", "embedded:")) and not Path(source).exists()
 
@@ -441,7 +441,7 @@ def _hub_id(source: str) -> bool:
 def _recheck_downloaded(source: str) -> None:
     """For a hub id, :func:`check_hub_cache` again once transformers has fetched its configs: the first run
     gives the answer of the later ones (which check the cache before anything loads)."""
-    if _hub_id(source):
+    if is_hub_id(source):
         check_hub_cache(source)
 
 
@@ -483,7 +483,7 @@ def hub_failure(source: str, err: BaseException, what: str) -> MissingDataError 
     from huggingface_hub import constants
     from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
 
-    if not _hub_id(source):
+    if not is_hub_id(source):
         return None
     chain = _chain(err)
     text = " ".join(str(e) for e in chain).lower()

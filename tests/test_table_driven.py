@@ -77,7 +77,7 @@ def test_the_hub_is_read_only_when_no_local_file_has_the_records(
     calls: list[HubFiles] = []
     copy = write(tmp_path / "t.jsonl", [{"question": "Q?", "answer": "A"}, {"question": "", "answer": "B"}])
 
-    def read(files: HubFiles) -> hub.Snapshot:
+    def read(files: HubFiles, **kwargs: Any) -> hub.Snapshot:
         calls.append(files)
         return hub.Snapshot(files, "c0ffee" * 6 + "c0ff", {files.paths[0]: copy})
 

@@ -88,16 +88,16 @@ TOKEN_WEIGHTED = {
 
 def documents_source(options: Mapping[str, Any], data_dir: str | None) -> DataSource:
     """Where a job's documents come from (the order in the module docstring), without reading them."""
-    directory = options.get("pg19_dir")
-    if options["pg19_source"] == "offline" and not directory:
+    if options.get("pg19_dir"):
+        return DataSource("pg19", "PG-19 documents", "file", str(options["pg19_dir"]))
+    if options["pg19_source"] == "offline":
         return DataSource("pg19", "offline stand-in for PG-19", "corpus", "kjv")
     files = book_files(str(options["pg19_dataset"]), str(options["pg19_split"]))
     fix = "lampe-eval data fetch --bench pg19, or --opt pg19_source=offline (the KJV stand-in)"
-    source = hub.hub_source("pg19", "PG-19 test set", files, data_dir, fix)
-    if source.kind == "hub" and not directory and data_dir and list((Path(data_dir) / "pg19").glob("*.txt")):
-        directory = str(Path(data_dir) / "pg19")
-    if directory:
-        return DataSource("pg19", "PG-19 documents", "file", str(directory))
+    source = hub.hub_source("pg19", "PG-19 test set", files, data_dir, fix)  # a copy under data_dir first
+    books = Path(data_dir) / "pg19" if data_dir else None
+    if source.kind == "hub" and books is not None and any(books.glob("*.txt")):
+        return DataSource("pg19", "PG-19 documents", "file", str(books))
     return source
 
 

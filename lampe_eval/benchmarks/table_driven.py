@@ -124,10 +124,9 @@ class TableDrivenBenchmark(Benchmark):
         self, files: HubFiles, options: Mapping[str, Any], data_dir: str | None, offline: bool
     ) -> hub.Snapshot | None:
         copies = hub.copy_folders(options[f"{self.name}_dir"] or data_dir, self.name)
-        copy = hub.local_copy(files, copies)
-        if copy is not None or offline:
-            return copy or hub.cached(files)
-        return hub.read(files)
+        if offline:
+            return hub.local_copy(files, copies) or hub.cached(files)
+        return hub.read(files, copies=copies)
 
     def load_records(self, task: str, ctx: SampleContext) -> tuple[list[Record], str]:
         """The job's records and their source (the hub when no local file has them, or a one-line error)."""

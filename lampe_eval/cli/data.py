@@ -198,14 +198,17 @@ def say_check(jobs: Sequence[Job], models: bool = True) -> int:
 
     missing: dict[str, list[tuple[Need, str]]] = {}
     for need in data_needs(jobs):
-        found = status(need.source) if need.source is not None else None
-        if found is None or not found.ok:
-            missing.setdefault(need.benchmark, []).append((need, found.detail if found else need.error))
+        if need.source is None:
+            missing.setdefault(need.benchmark, []).append((need, need.error))
+            continue
+        found = status(need.source)
+        if not found.ok:
+            missing.setdefault(need.benchmark, []).append((need, found.detail))
             continue
         size = f"{human_size(found.size)}, " if found.size else ""
-        print_line(f"{_head(need)}  {need.source.describe()}  {size}{found.detail}")  # type: ignore[union-attr]
+        print_line(f"{_head(need)}  {need.source.describe()}  {size}{found.detail}")
     for benchmark, failures in missing.items():
-        tasks = ", ".join(dict.fromkeys(t for need, _ in failures for t in need.tasks().split(", ")))
+        tasks = ", ".join(dict.fromkeys(job.task for need, _ in failures for job in need.jobs))
         more = f" (and {len(failures) - 1} more of its sources)" if len(failures) > 1 else ""
         say_error("missing:", f"{benchmark} [{tasks}]: {failures[0][1]}{more}")
     count = sum(len(f) for f in missing.values())
@@ -216,8 +219,7 @@ def say_check(jobs: Sequence[Job], models: bool = True) -> int:
             count += 1
             say_error("missing:", str(err))
             continue
-        where = "in the hub cache" if probe.state == "cached" else "on the hub, not cached"
-        print_line(f"model  {repo}  {human_size(probe.total)}, {where}, commit {probe.commit[:12]}")
+        print_line(f"model  {repo}  {human_size(probe.total)}, {probe.where}, commit {probe.commit[:12]}")
     return count
 
 

@@ -38,8 +38,7 @@ def status(source: DataSource) -> Status:
         if source.kind == "hub":
             assert source.hub is not None
             probe = hub.probe(source.hub)
-            where = "in the hub cache" if probe.state == "cached" else "on the hub, not cached"
-            return Status(source, probe.state, f"{where}, commit {probe.commit[:12]}", probe.total)
+            return Status(source, probe.state, f"{probe.where}, commit {probe.commit[:12]}", probe.total)
         return Status(source, "ready", *_local(source))
     except LampeEvalError as err:
         return Status(source, "missing", str(err))

@@ -74,6 +74,10 @@ class Probe:
     def total(self) -> int:
         return sum(self.sizes.values())
 
+    @property
+    def where(self) -> str:
+        return "in the hub cache" if self.state == "cached" else "on the hub, not cached"
+
 
 def offline() -> bool:
     """Whether the hub is switched off (``HF_HUB_OFFLINE=1``, in the environment or as huggingface_hub read
@@ -153,15 +157,19 @@ def _hub_reachable(timeout: float) -> bool:
 
 
 # ------------------------------------------------------------------------------------------ the cache
-def cached_commit(files: HubFiles) -> str | None:
-    """The commit the cache holds for the revision (``refs/<revision>``, or the revision itself)."""
+def _repo_folder(files: HubFiles) -> Path:
+    """The repository's folder in the hub cache (``datasets--org--name``)."""
     from huggingface_hub import constants
     from huggingface_hub.file_download import repo_folder_name
 
+    return Path(constants.HF_HUB_CACHE) / repo_folder_name(repo_id=files.repo, repo_type=files.repo_type)
+
+
+def cached_commit(files: HubFiles) -> str | None:
+    """The commit the cache holds for the revision (``refs/<revision>``, or the revision itself)."""
     if COMMIT.match(files.revision):
         return files.revision
-    folder = Path(constants.HF_HUB_CACHE) / repo_folder_name(repo_id=files.repo, repo_type=files.repo_type)
-    ref = folder / "refs" / files.revision
+    ref = _repo_folder(files) / "refs" / files.revision
     try:
         commit = ref.read_text().strip()
     except OSError:
@@ -170,11 +178,7 @@ def cached_commit(files: HubFiles) -> str | None:
 
 
 def _snapshot_folder(files: HubFiles, commit: str) -> Path:
-    from huggingface_hub import constants
-    from huggingface_hub.file_download import repo_folder_name
-
-    folder = Path(constants.HF_HUB_CACHE) / repo_folder_name(repo_id=files.repo, repo_type=files.repo_type)
-    return folder / "snapshots" / commit
+    return _repo_folder(files) / "snapshots" / commit
 
 
 def cached(files: HubFiles) -> Snapshot | None:
@@ -183,7 +187,7 @@ def cached(files: HubFiles) -> Snapshot | None:
     if commit is None:
         return None
     folder = _snapshot_folder(files, commit)
-    names = _selected(files, _tree_of_folder(folder), lambda: front_matter(_read_or_none(folder / README)))
+    names = _selected(files, _tree_of_folder(folder), partial(_card_of, folder))
     paths = {name: folder / name for name in names}
     if not names or not all(path.is_file() for path in paths.values()):
         return None
@@ -449,9 +453,9 @@ def model_files(repo: str) -> HubFiles:
 def model_probe(repo: str) -> Probe:
     """A model repository's files that a run reads: in the cache (its config at least), or on the hub."""
     files = model_files(repo)
-    commit = cached_commit(files)
-    if commit is not None and (_snapshot_folder(files, commit) / "config.json").is_file():
-        folder = _snapshot_folder(files, commit)
+    commit = cached_commit(files) or ""
+    folder = _snapshot_folder(files, commit)
+    if commit and (folder / "config.json").is_file():
         sizes = {name: (folder / name).stat().st_size for name in _tree_of_folder(folder)}
         return Probe("cached", commit, sizes)
     if not reachable():

@@ -18,7 +18,7 @@ the source, the cause and the fix; no other source ever stands in for it unless 
 from __future__ import annotations
 
 import importlib.metadata
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -63,7 +63,6 @@ class DataSource:
     location: str = ""  # a path, a package file, a repository; "" for generated data
     hub: HubFiles | None = None  # the repository files, for kind "hub"
     fix: str = ""  # how to provide it: the end of the one-line error when it is missing
-    extra: tuple[str, ...] = field(default=(), compare=False)  # further notes for `data check`
 
     def describe(self) -> str:
         """``kind:location`` as records and reports name the source."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from ..data.sources import DataSource
 from ..errors import LampeEvalError
@@ -61,12 +60,7 @@ def data_needs(jobs: Sequence[Job]) -> list[Need]:
 def hub_models(jobs: Sequence[Job]) -> list[str]:
     """The hub repositories the grid's models load from (presets resolved; local paths and embedded models
     need nothing)."""
-    from ..models import resolve_source
+    from ..models import is_hub_id, resolve_source
 
-    repos: dict[str, None] = {}
-    for model in dict.fromkeys(job.model for job in jobs):
-        source, _ = resolve_source(model)
-        local = source.startswith((".", "/", "embedded:")) or Path(source).exists()
-        if "/" in source and not local:
-            repos[source] = None
-    return list(repos)
+    sources = (resolve_source(model)[0] for model in dict.fromkeys(job.model for job in jobs))
+    return list(dict.fromkeys(source for source in sources if is_hub_id(source)))

