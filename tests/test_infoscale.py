@@ -47,7 +47,7 @@ def test_infoscale_multiplies_the_methods_own_query_scale() -> None:
     assert torch.allclose(both(i), expected, rtol=1e-6)
 
 
-@pytest.mark.parametrize("name", ["yarn", "lampe", "selfextend", "rerope"])
+@pytest.mark.parametrize("name", ["yarn", "mrrope", "lampe", "selfextend", "rerope"])
 def test_patched_model_equals_the_method_with_the_scale_given_by_hand(name: str) -> None:
     """The model patched with ``infoscale=true`` = the same method whose plans get the factor from the
     formula above, prefill and 8 cached decode steps; queries inside the window are untouched."""

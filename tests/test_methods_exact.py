@@ -40,7 +40,8 @@ def random_params(name: str, rng: random.Random) -> dict:
             "group_size": rng.randint(2, 9),
             "window": rng.randint(1, 40),
             "scale_base": rng.choice([-1, 64]),
-            "variant": variant,
+            "variant": rng.choice([variant, "logistic"]),  # logistic: SELF's growing groups
+            "rate": rng.choice([0.02, 0.3, 1.0]),  # logistic only (1.0: sizes with no group id skipped)
         }
     if name == "dca":
         chunk = rng.randint(8, 60)
@@ -127,7 +128,17 @@ POSITION_METHODS = [
     "dpe",
     "ms_poe",
 ]
-FREQUENCY_METHODS = ["ntk", "yarn", "linear", "dynamic_ntk", "ntk_by_parts", "llama3", "longrope", "cope"]
+FREQUENCY_METHODS = [
+    "ntk",
+    "yarn",
+    "linear",
+    "dynamic_ntk",
+    "ntk_by_parts",
+    "llama3",
+    "longrope",
+    "cope",
+    "mrrope",
+]
 ALL_METHODS = METHODS.names()
 
 

@@ -71,7 +71,7 @@ def test_generate_with_cache_runs_for_every_method(model, ids, name):
 
 LENGTH_FREE = [
     *("rope", "selfextend", "dca", "rerope", "string", "lm_infinite", "streamingllm"),
-    *("ntk", "yarn", "linear", "dynamic_ntk", "ntk_by_parts", "llama3", "longrope"),
+    *("ntk", "yarn", "linear", "dynamic_ntk", "ntk_by_parts", "llama3", "longrope", "mrrope"),
 ]
 
 

@@ -179,7 +179,8 @@ VALUES: dict[str, dict[str, Values]] = {
         "group_size": lambda w, n: [n // w + 1, 2 * n // w, 4 * n // w],
         "window": lambda w, n: [w // 8, w // 2, 3 * w // 4],
         "scale_base": lambda w, n: [0, 4096],
-        "variant": lambda w, n: ["paper", "official"],
+        "variant": lambda w, n: ["paper", "official", "logistic"],
+        "rate": lambda w, n: [0.02, 0.5],
     },
     "streamingllm": {
         "recent": lambda w, n: [w // 4, w - 8, w - 1],
@@ -251,6 +252,11 @@ VALUES.update(
         "ntk": _FACTOR,
         "dynamic_ntk": _FACTOR,
         "yarn": {**_BY_PARTS, "attention_factor": lambda w, n: [1.0, 1.2]},
+        "mrrope": {
+            **_BY_PARTS,
+            "variant": lambda w, n: ["uni", "pro"],
+            "attention_factor": lambda w, n: [0.0, 1.2],
+        },
         "ntk_by_parts": _BY_PARTS,
         "llama3": {
             **_FACTOR,

@@ -120,6 +120,24 @@ def test_every_method_gives_the_hf_backends_tokens_and_logprobs(
     assert_same_greedy_tokens(hf, method, prompt, expected.token_ids, got.token_ids)
 
 
+def test_selfextend_logistic_gives_the_hf_backends_tokens_and_logprobs(
+    hf: HFBackend, vllm_backend: VLLMBackend, kjv_ids: list[int]
+) -> None:
+    """SELF (``variant=logistic``: groups growing along a logistic) on both backends, as every method."""
+    params = {"variant": "logistic", "group_size": 8, "window": 128, "rate": 0.1}
+    method = resolve_method("selfextend", WINDOW, PROMPT, base=hf.rope_base(), params=params).method
+    prompt = kjv_ids[:PROMPT]
+    request = GenerationRequest("", NEW_TOKENS, input_ids=tuple(prompt))
+    with hf.install(method):
+        expected = hf.generate([request])[0]
+        expected_logprobs = hf_prompt_logprobs(hf, prompt)
+    with vllm_backend.install(method):
+        got = vllm_backend.generate([request])[0]
+        got_logprobs = torch.tensor(vllm_backend.prompt_logprobs(prompt))
+    assert (got_logprobs - expected_logprobs).abs().max().item() < LOGPROB_TOLERANCE
+    assert_same_greedy_tokens(hf, method, prompt, expected.token_ids, got.token_ids)
+
+
 def test_infoscale_on_a_frequency_method_runs_through_the_engine(
     hf: HFBackend, vllm_backend: VLLMBackend, kjv_ids: list[int]
 ) -> None:
