@@ -35,7 +35,10 @@ class Fake:
         self.lampe: dict[str, Any] | None = None
         self.token_ids: list[int] | None = [11, 12, 2, 13]
         self.status = 200
+        self.version: str | None = None  # GET /version (None: 404)
+        self.prefix = ""  # the API's path before /v1 (a server behind a proxy's path)
         self.seen: list[dict[str, Any]] = []
+        self.paths: list[str] = []  # every path asked for
 
 
 @pytest.fixture
@@ -60,15 +63,22 @@ def fake_server():
             self.wfile.write(data)
 
         def do_GET(self) -> None:
-            if self.path == "/v1/models":
+            state.paths.append(self.path)
+            if self.path == f"{state.prefix}/v1/models":
                 self.reply(200, {"data": [{"id": "served"}]})
             elif self.path == "/lampe" and state.lampe is not None:
                 self.reply(200, state.lampe)
+            elif self.path == "/version" and state.version is not None:
+                self.reply(200, {"version": state.version})
             else:
                 self.reply(404, {"detail": "Not Found"})
 
         def do_POST(self) -> None:
+            state.paths.append(self.path)
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if self.path != f"{state.prefix}/v1/completions":
+                self.reply(404, {"detail": "Not Found"})
+                return
             state.seen.append(body)
             if state.down_after is not None:
                 state.failures = 1 if state.down_after <= 0 else 0
@@ -155,7 +165,9 @@ def test_an_endpoint_that_stays_down_is_one_line_after_the_last_try(fake, lm):
 def test_the_method_must_be_the_servers(fake, lm):
     lampe = create_method("lampe", 1024, 4096)
     with (
-        pytest.raises(LampeEvalError, match="without a method .no /lampe.: only --method rope"),
+        pytest.raises(
+            LampeEvalError, match="without a method .no /lampe., this job asks for lampe: only rope"
+        ),
         OpenAIBackend(lm, [fake.url]).install(lampe),
     ):
         pass
@@ -291,3 +303,91 @@ def test_a_run_whose_server_goes_down_keeps_its_samples_and_resumes_and_another_
     code, output, records = run()
     warned = [line for line in output.splitlines() if "computed again" in line]
     assert code == 0 and len(records) == 12 and len(warned) == 2 and "lampe-eval 1.1" in warned[0], output
+
+
+# ------------------------------------------------------------------ endpoints as OpenAI clients name them
+@pytest.mark.parametrize("suffix", ["", "/", "/v1", "/v1/", "/v1/completions"])
+def test_an_endpoint_is_a_server_root_or_its_openai_base_url(fake, lm, suffix):
+    """``http://host:port`` and the base URL every OpenAI client uses (``.../v1``, with or without a
+    slash, or a request URL of it) reach the same API; the URL is recorded as given."""
+    given = fake.url + suffix
+    backend = OpenAIBackend(lm, [given])
+    with backend.install(create_method("rope", 8192, 8192)):
+        (got,) = backend.generate([GenerationRequest("", 4, input_ids=(5, 6))])
+    assert got.token_ids == (11, 12, 2) and fake.paths[-1] == "/v1/completions"
+    assert not any("/v1/v1" in path for path in fake.paths)
+    assert backend.describe()["endpoint_urls"] == [given]
+
+
+def test_a_base_url_under_a_path_is_found_and_one_that_answers_neither_way_is_one_line(fake, lm):
+    fake.prefix = "/proxy"
+    backend = OpenAIBackend(lm, [f"{fake.url}/proxy/v1"])
+    assert backend.endpoints[0].api == f"{fake.url}/proxy/v1"
+    with pytest.raises(LampeEvalError) as error:
+        OpenAIBackend(lm, [f"{fake.url}/elsewhere"])
+    message = str(error.value)
+    assert "\n" not in message and f"{fake.url}/elsewhere/v1/models" in message
+    assert f"{fake.url}/elsewhere/models" in message and "http://host:port/v1" in message
+
+
+def test_a_foreign_servers_version_is_read_from_its_version_path(fake, lm):
+    assert OpenAIBackend(lm, [fake.url]).describe()["backend_version"] == "unknown"  # none said
+    fake.version = "0.11.2"
+    assert OpenAIBackend(lm, [fake.url]).describe()["backend_version"] == "0.11.2"
+    rope = create_method("rope", 4096, 4096)
+    fake.lampe = {"method": "rope", "label": "rope", "params": rope.params(), "vllm_version": "0.32.0"}
+    assert OpenAIBackend(lm, [fake.url]).describe()["backend_version"] == "0.32.0"  # /lampe's wins
+
+
+def test_without_method_a_run_takes_what_the_server_runs(fake):
+    settings = RunSettings(backend="openai", endpoints=(f"{fake.url}/v1",))
+    assert OpenAIBackend.default_method(settings) == ("rope", {})  # no /lampe: the unpatched model
+    fake.lampe = {"method": "lampe", "label": "lampe(s1=32)", "params": {}, "given": {"s1": "32"}}
+    assert OpenAIBackend.default_method(settings) == ("lampe", {"s1": "32"})
+    with pytest.raises(LampeEvalError, match="needs --endpoint"):
+        OpenAIBackend.default_method(RunSettings(backend="openai"))
+
+
+def test_a_method_or_parameters_the_server_does_not_run_is_one_short_line(fake, lm):
+    served = create_method("lampe", 1024, 4096)
+    params = json.loads(json.dumps(served.params()))
+    fake.lampe = {"method": "lampe", "label": served.label(), "params": params, "max_len": 4096}
+    backend = OpenAIBackend(lm, [fake.url])
+    for method, expected in (
+        (create_method("selfextend", 1024, 4096), "serves lampe, this job asks for selfextend: serve it"),
+        (create_method("lampe", 1024, 4096, s1=128), "serves lampe at --len 4096 with "),
+    ):
+        with pytest.raises(LampeEvalError) as error, backend.install(method):
+            pass
+        message = str(error.value)
+        assert expected in message and "--method " + method.name in message, message
+        assert "leave out --method" in message and len(message) < 400 and "\n" not in message
+    with (
+        pytest.raises(LampeEvalError, match="s1=64 .job: 128."),
+        backend.install(create_method("lampe", 1024, 4096, s1=128)),
+    ):
+        pass
+
+
+def test_a_job_that_fails_before_it_starts_is_named_by_its_label(tmp_path):
+    """No server at all: the failure line names the job (model | method | benchmark/task | length)."""
+    from typer.testing import CliRunner
+
+    from lampe_eval.cli import app
+
+    args = [
+        "run",
+        "--model",
+        "smollm2-135m",
+        "--method",
+        "rope",
+        "--bench",
+        "ruler",
+        "--task",
+        "niah_single_1",
+    ]
+    args += ["--len", "4k", "--limit", "1", "--backend", "openai", "--endpoint", "http://127.0.0.1:9"]
+    result = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "R"), "--no-progress"])
+    failed = [line for line in result.output.splitlines() if line.startswith(("failed:", "FAILED"))]
+    assert result.exit_code != 0 and failed, result.output
+    assert all("smollm2-135m | rope | ruler/niah_single_1 | 4k: " in line for line in failed), failed

@@ -168,9 +168,88 @@ def test_a_malformed_request_is_a_400_and_a_client_gone_mid_request_stops_nothin
 
 
 def test_a_prompt_too_long_is_a_400_and_the_server_keeps_serving(client):
-    with pytest.raises(openai.BadRequestError, match="maximum context length"):
+    with pytest.raises(
+        openai.BadRequestError, match=f"--len is {LONGEST} tokens and this prompt has 5000 tokens"
+    ):
         served(client, ids(5000))
     assert len(served(client, ids(100))) == NEW
+
+
+def answer(base: str, body: dict | bytes, path: str = "/v1/completions") -> tuple[int, dict]:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    request = urllib.request.Request(base + path, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def test_len_means_len_and_max_tokens_is_never_cut_in_silence(server):
+    """``serve --len L``: a prompt of L tokens is answered, L + 1 is refused, and a prompt plus max_tokens
+    beyond L + the generation room (64) is refused with the request's numbers, not answered short."""
+    base, room = server[0], 64
+    cases = [(LONGEST, 16, 200), (LONGEST, room, 200), (LONGEST + 1, 1, 400), (LONGEST - 100, 200, 400)]
+    cases += [(LONGEST, room + 1, 400), (3000, 1, 400)]
+    for prompt, new, status in cases:
+        body = {"model": "qwen3", "prompt": [ids(prompt)], "max_tokens": new, "ignore_eos": True}
+        code, got = answer(base, body)
+        assert code == status, (prompt, new, got)
+        if status == 200:
+            assert got["usage"]["prompt_tokens"] == prompt and got["usage"]["completion_tokens"] == new
+            continue
+        message = got["error"]["message"]
+        assert (
+            got["error"]["code"] == 400 and got["error"]["type"] == "BadRequestError" and "\n" not in message
+        )
+        assert str(LONGEST) in message and str(prompt) in message, message
+        if prompt <= LONGEST:
+            assert f"{prompt} + {new} = {prompt + new}" in message and str(LONGEST + room) in message
+    code, got = answer(base, {"model": "qwen3", "prompt": [ids(LONGEST - 5)]})  # no max_tokens: vLLM's 16
+    assert code == 200 and got["usage"]["completion_tokens"] <= 16
+    info = json.load(urllib.request.urlopen(f"{base}/lampe"))
+    assert (info["max_len"], info["gen_room"]) == (LONGEST, room)
+
+
+def test_every_malformed_request_is_one_sentence_in_the_openai_error_shape(server):
+    bodies: list[dict | bytes] = [
+        b"{not json",
+        {"model": "qwen3", "prompt": [[5, 6]], "max_tokens": "x"},
+        {"model": "qwen3", "prompt": "hi", "max_tokens": -1},
+        {"model": "qwen3", "prompt": "hi", "temperature": "hot"},
+        {"model": "qwen3"},
+        {"model": "qwen3", "prompt": {"a": 1}},
+        {"model": "qwen3", "prompt": "hi", "top_p": 2},
+        {"model": "qwen3", "prompt": [[999999999]]},
+        {"model": "nope", "prompt": "hi"},
+    ]
+    for body in bodies:
+        code, got = answer(server[0], body)
+        error = got["error"]
+        assert (
+            400 <= code < 500 and error["code"] == code and set(error) == {"message", "type", "param", "code"}
+        )
+        message = error["message"]
+        assert "\n" not in message and len(message) < 250 and message.endswith("."), message
+        assert "{'type'" not in message and "validation error" not in message, message
+    code, got = answer(server[0], {"model": "qwen3", "messages": "hi"}, "/v1/chat/completions")
+    assert code == 400 and got["error"]["message"].startswith("messages: "), got
+    code, got = answer(server[0], b"{}", "/v1/nothing")
+    assert code == 404 and "/v1/nothing" in got["error"]["message"], got
+
+
+def test_lm_evals_remote_tokenizer_reads_the_servers_tokenizer(server, qwen3):
+    """lm-eval's ``tokenizer_backend=remote`` asks ``GET /tokenizer_info`` (vLLM's, turned on by serve),
+    then ``/tokenize`` and ``/detokenize``: the served tokenizer's ids."""
+    from lm_eval.utils import RemoteTokenizer
+
+    from lampe_eval.models import load_for_engine
+
+    remote = RemoteTokenizer(f"{server[0]}/v1/completions")
+    text = "The quick brown fox jumps over the lazy dog."
+    expected = load_for_engine(qwen3).tokenizer.encode(text, add_special_tokens=False)
+    assert remote.encode(text) == expected and remote.decode(expected) == text
+    assert remote.eos_token
 
 
 # ------------------------------------------------- --backend openai: lampe-eval's benchmarks on the server
@@ -201,14 +280,41 @@ def test_run_against_the_server_writes_the_hf_backends_records(server, qwen3, tm
             assert b["scores"][name] == pytest.approx(value, rel=1e-4)
 
 
+def test_a_run_without_method_at_the_openai_base_url_evaluates_what_the_server_runs(server, qwen3, tmp_path):
+    """``--endpoint .../v1`` (as OpenAI clients name it) and no ``--method``: the server's LaMPE is run and
+    recorded, the records those of ``--method lampe`` against its root URL."""
+    records = {}
+    for name, extra in (("given", ["--method", "lampe"]), ("served", [])):
+        out = tmp_path / name
+        endpoint = server[0] if extra else f"{server[0]}/v1/"
+        args = ["run", "--model", qwen3, "--bench", "ruler", "--task", "niah_single_1", "--len", str(LONGEST)]
+        args += [
+            "--limit",
+            "1",
+            "--backend",
+            "openai",
+            "--endpoint",
+            endpoint,
+            "--out",
+            str(out),
+            "--no-progress",
+        ]
+        result = CliRunner().invoke(app, [*args, *extra])
+        assert result.exit_code == 0, result.output
+        records[name] = json.loads((out / "records.jsonl").read_text().splitlines()[0])
+    a, b = records["given"], records["served"]
+    assert b["method"] == "lampe" and b["engine"]["endpoint_urls"] == [f"{server[0]}/v1/"]
+    for field in ("key", "prompt_hash", "resolved_params", "variant_params", "scores"):
+        assert a[field] == b[field], field
+    assert a["output"]["prediction"] == b["output"]["prediction"]
+
+
 def test_a_job_whose_method_the_server_does_not_run_is_refused_in_one_line(server, qwen3, tmp_path):
     args = ["run", "--model", qwen3, "--method", "selfextend", "--bench", "pg19", "--len", str(LONGEST)]
     args += ["--limit", "1", "--backend", "openai", "--endpoint", server[0], "--out", str(tmp_path / "R")]
     args += ["--opt", "pg19_source=offline"]
     result = CliRunner().invoke(app, [*args, "--no-progress"])
-    assert (
-        result.exit_code != 0 and "serves lampe(" in result.output and "asks for selfextend" in result.output
-    )
+    assert result.exit_code != 0 and "serves lampe, this job asks for selfextend" in result.output
 
 
 def test_the_text_dialect_gives_what_token_ids_give(server, qwen3):
@@ -230,9 +336,36 @@ def test_the_text_dialect_gives_what_token_ids_give(server, qwen3):
 
 
 # ---------------------------------------------------------- a harness this project did not write: lm-eval
-def test_lm_evals_local_completions_gets_what_lm_eval_gets_in_process(server, qwen3):
-    """lm-evaluation-harness's own OpenAI-compatible client (``local-completions``) against the server
-    gives the greedy answers that lm-eval's in-process run of the same method gives (``--model lampe``)."""
+def docs_lm_eval_model_args() -> list[str]:
+    """The ``--model_args`` of docs/serving.md's ``lm_eval --model local-completions`` command lines."""
+    from pathlib import Path
+
+    page = (Path(__file__).parents[1] / "docs" / "serving.md").read_text().replace("\\\n", " ")
+    lines = [line for line in page.splitlines() if line.startswith("lm_eval --model local-completions")]
+    return [line.split("--model_args", 1)[1].split()[0] for line in lines]
+
+
+def served_model_args(documented: str, base: str, local: str) -> str:
+    """A documented ``--model_args`` aimed at this test's server: its URL, name, tokenizer and length."""
+    values = dict(item.split("=", 1) for item in documented.split(","))
+    values["base_url"] = values["base_url"].replace("http://127.0.0.1:8000", base)
+    values["model"], values["max_length"] = "qwen3", str(LONGEST)
+    if "tokenizer" in values:
+        values["tokenizer"] = local
+    return ",".join(f"{key}={value}" for key, value in values.items())
+
+
+def test_the_docs_give_both_lm_eval_command_lines():
+    documented = docs_lm_eval_model_args()
+    assert len(documented) == 2 and "tokenizer_backend=remote" in documented[1], documented
+
+
+@pytest.mark.parametrize("line", [0, 1], ids=["local-tokenizer", "remote-tokenizer"])
+def test_lm_evals_local_completions_gets_what_lm_eval_gets_in_process(server, qwen3, line):
+    """lm-evaluation-harness's own OpenAI-compatible client (``local-completions``, with the model_args of
+    docs/serving.md's command lines: a local tokenizer, then the server's through
+    ``tokenizer_backend=remote``) against the server gives the greedy answers that lm-eval's in-process run
+    of the same method gives (``--model lampe``)."""
     pytest.importorskip("tenacity")  # lm-eval's API models need it
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
@@ -247,11 +380,8 @@ def test_lm_evals_local_completions_gets_what_lm_eval_gets_in_process(server, qw
         "log_samples": True,
         "bootstrap_iters": 0,
     }
-    served = simple_evaluate(
-        model="local-completions",
-        model_args=f"base_url={server[0]}/v1/completions,model=qwen3,tokenizer={qwen3},max_length={LONGEST}",
-        **common,
-    )
+    model_args = served_model_args(docs_lm_eval_model_args()[line], server[0], qwen3)
+    served = simple_evaluate(model="local-completions", model_args=model_args, **common)
     local = simple_evaluate(
         model="lampe", model_args=f"pretrained={qwen3},method=lampe,length={LONGEST}", device="cpu", **common
     )
@@ -259,3 +389,10 @@ def test_lm_evals_local_completions_gets_what_lm_eval_gets_in_process(server, qw
     got, expected = responses(served, "lampe_fixture_gen"), responses(local, "lampe_fixture_gen")
     assert len(got) == len(expected) > 0 and got == expected
     assert any(str(answer).strip("[]' ") for answer in got), got  # not only empty answers
+
+
+def test_serves_gen_room_default_is_the_one_its_help_shows():
+    from lampe_eval.backends import vllm_serve
+    from lampe_eval.cli import serve
+
+    assert serve.GEN_ROOM == vllm_serve.GEN_ROOM

@@ -182,6 +182,12 @@ class BaseBackend(abc.ABC):
             raise UnsupportedModelError(why)
 
     @classmethod
+    def default_method(cls, settings: RunSettings) -> tuple[str, dict[str, Any]] | None:
+        """The method (and the parameters it was given) a run without ``--method`` evaluates: what a
+        server runs, for a backend that speaks to one; None: ``rope``."""
+        return None  # default: rope
+
+    @classmethod
     def memory_estimate(
         cls, model: str, method: Method, length: int, settings: RunSettings
     ) -> MemoryEstimate | None:

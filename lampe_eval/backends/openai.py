@@ -8,15 +8,20 @@ checked twice: lampe-eval's tokenizer gives back the prompt's exact tokens from 
 server's count of prompt tokens (``usage``) is that length; perplexity there reads ``echo`` +
 ``logprobs``, and a server that offers neither is refused for it in one line.
 
-The method is the server's: before a job runs, ``GET /lampe`` must name the job's method with the same
-parameters (``lampe-eval serve --method M --len L`` with the job's method and length); a server without
+An endpoint is a server's root (``http://host:8000``) or its OpenAI base URL (``http://host:8000/v1``, as
+every OpenAI client names it): :func:`locate` finds the API once (``GET .../models``) and a URL that answers
+neither way is one line naming the paths tried. The method is the server's: a run without ``--method``
+evaluates what ``GET /lampe`` says the first endpoint runs (``rope`` for a server without it:
+:meth:`OpenAIBackend.default_method`); before a job runs, ``/lampe`` must name the job's method with the same
+parameters, else one short line names both and the ``serve`` command that would match; a server without
 ``/lampe`` (plain ``vllm serve``) runs the unpatched model, so only ``rope`` is accepted there. The
-records' engine identity holds the served model, the served method and the server's versions: a resume
-against another server recomputes, with one warning. Requests go to the endpoints in turn,
-``--batch-size`` at once per endpoint. A connection error, a 5xx or a 429 is tried again (1, 2, 4, 8 s
-apart); after the last try the request goes to the next endpoint (a server killed mid-run leaves the
-others the work), and once every endpoint is down the job stops with one line, the sample is not
-recorded, the run's later jobs fail at once with that line (``BackendGone``), and a rerun resumes them.
+records' engine identity holds the served model, the served method and the server's versions (a foreign
+server's from ``GET /version``): a resume against another server recomputes, with one warning. Requests
+go to the endpoints in turn, ``--batch-size`` at once per endpoint. A connection error, a 5xx or a 429 is
+tried again (1, 2, 4, 8 s apart); after the last try the request goes to the next endpoint (a server
+killed mid-run leaves the others the work), and once every endpoint is down the job stops with one line,
+the sample is not recorded, the run's later jobs fail at once with that line (``BackendGone``), and a
+rerun resumes them.
 """
 
 from __future__ import annotations
@@ -61,12 +66,20 @@ TIMEOUT = 3600  # seconds one request may take (a long prefill on a busy server)
 
 @dataclass(frozen=True)
 class Endpoint:
-    """One server: its URL, what ``GET /lampe`` says it runs (None: a server without it) and whether it
-    takes token-id prompts and returns token ids (vLLM's extensions)."""
+    """One server: its URL as given, its OpenAI base URL (``api``: ``.../v1`` as found by :func:`locate`),
+    what ``GET /lampe`` says it runs (None: a server without it), whether it takes token-id prompts and
+    returns token ids (vLLM's extensions) and its version (``/lampe``'s vLLM, else ``GET /version``)."""
 
     url: str
+    api: str
     served: dict[str, Any] | None
     token_ids: bool
+    version: str | None = None
+
+    @property
+    def root(self) -> str:
+        """The server's root (``/lampe``, ``/version``)."""
+        return server_root(self.api)
 
 
 @BACKENDS.register("openai")
@@ -84,24 +97,25 @@ class OpenAIBackend(BaseBackend):
     ) -> None:
         """``token_ids`` None: each endpoint's dialect is probed; True/False: taken as said."""
         super().__init__(lm, batch_size)
-        urls = [url.rstrip("/") for url in endpoints]
-        self._model = model_name(urls[0])
+        apis = [(url, locate(url)) for url in endpoints]
+        self._model = model_name(apis[0][1])
         self._eos = directory_eos_ids(lm.extra.get("source"), lm.tokenizer)  # what the HF backend stops at
-        self.endpoints = [self._endpoint(url, token_ids) for url in urls]
+        self.endpoints = [self._endpoint(url, api, token_ids) for url, api in apis]
         bos = lm.tokenizer.bos_token_id
         self._adds_bos = bos is not None and prompt_ids(lm.tokenizer, "")[:1] == [bos]  # as servers do
 
-    def _endpoint(self, url: str, token_ids: bool | None) -> Endpoint:
-        served = served_method(url)
+    def _endpoint(self, url: str, api: str, token_ids: bool | None) -> Endpoint:
+        served = served_method(server_root(api))
         if token_ids is None:
-            token_ids = served is not None or self._takes_token_ids(url)
-        return Endpoint(url, served, token_ids)
+            token_ids = served is not None or self._takes_token_ids(api)
+        version = served.get("vllm_version") if served else server_version(server_root(api))
+        return Endpoint(url, api, served, token_ids, version)
 
-    def _takes_token_ids(self, url: str) -> bool:
+    def _takes_token_ids(self, api: str) -> bool:
         """One probe request: a token-id prompt of one token, asking for the new token's id back."""
         probe = {"model": self._model, "prompt": [[self._probe_token()]], "max_tokens": 1, "temperature": 0.0}
         try:
-            answer = post(f"{url}/v1/completions", {**probe, "return_token_ids": True})
+            answer = post(f"{api}/completions", {**probe, "return_token_ids": True})
         except EndpointDown:
             raise
         except LampeEvalError:  # a 4xx: the server refuses token-id prompts or vLLM's fields
@@ -132,6 +146,16 @@ class OpenAIBackend(BaseBackend):
             raise LampeEvalError(f"{'/'.join(given)} sets up a local model: the endpoint's server decides it")
 
     @classmethod
+    def default_method(cls, settings: RunSettings) -> tuple[str, dict[str, Any]]:
+        """What the first endpoint serves (``GET /lampe``: its method and the parameters its ``serve`` was
+        given), ``rope`` for a server without ``/lampe``: a run without ``--method`` evaluates that."""
+        cls.check_settings(settings)
+        served = served_method(server_root(locate(settings.endpoints[0])))
+        if served is None:
+            return "rope", {}
+        return str(served["method"]), dict(served.get("given") or {})
+
+    @classmethod
     def load(
         cls, model: str, settings: RunSettings, device: str | None, device_map: str | None
     ) -> LoadedModel:
@@ -151,20 +175,10 @@ class OpenAIBackend(BaseBackend):
     @contextmanager
     def _checked(self, method: Method) -> Iterator[None]:
         """The job's method must be what every endpoint serves."""
-        wanted = json.loads(json.dumps(method.params(), sort_keys=True, default=str))
         for endpoint in self.endpoints:
-            url, served = endpoint.url, endpoint.served
-            if served is None and method.kind != "baseline":
-                raise LampeEvalError(
-                    f"{url} serves the model without a method (no /lampe): only --method rope runs there; "
-                    f"serve {method.name} with lampe-eval serve --method {method.name}"
-                )
-            if served is not None and (served["method"], served["params"]) != (method.name, wanted):
-                raise LampeEvalError(
-                    f"{url} serves {served.get('label', served['method'])}, this job asks for "
-                    f"{method.label()}: serve the job's method with the job's length (lampe-eval serve "
-                    "--method M --len L)"
-                )
+            why = method_mismatch(endpoint.url, endpoint.served, method, self.lm.name)
+            if why:
+                raise LampeEvalError(why)
         yield
 
     def rope_base(self) -> RopeBase:
@@ -180,7 +194,7 @@ class OpenAIBackend(BaseBackend):
         prompts = "token ids" if all(e.token_ids for e in self.endpoints) else "text prompts"
         return {
             "backend": self.name,
-            "backend_version": served.get("vllm_version") or "unknown",
+            "backend_version": first.version or "unknown",
             "dtype": "-",
             "device": "remote",
             "kernel": "vllm-lampe" if served else "-",
@@ -188,6 +202,7 @@ class OpenAIBackend(BaseBackend):
             + (f", lampe-eval {version}" if version else "")
             + f", greedy, {prompts}",
             "endpoints": len(self.endpoints),
+            "endpoint_urls": [endpoint.url for endpoint in self.endpoints],  # as given
         }
 
     def batch_key(self, request: Request) -> Hashable:
@@ -240,7 +255,7 @@ class OpenAIBackend(BaseBackend):
                 "stop_token_ids": sorted(eos),
                 "return_token_ids": True,
             }
-            choice = post(f"{endpoint.url}/v1/completions", body)["choices"][0]
+            choice = post(f"{endpoint.api}/completions", body)["choices"][0]
             tokens = choice.get("token_ids")
             if tokens is None:
                 raise LampeEvalError(f"{endpoint.url} returned no token ids (return_token_ids)")
@@ -248,7 +263,7 @@ class OpenAIBackend(BaseBackend):
             own = request.prompt if request.input_ids is None else None
             body |= {"prompt": self._prompt_text(own, ids)}
             body |= {"stop": list(request.stop)[:4]} if request.stop else {}  # the API takes up to 4
-            answer = post(f"{endpoint.url}/v1/completions", body)
+            answer = post(f"{endpoint.api}/completions", body)
             self._check_prompt_count(endpoint, answer, len(ids))
             tokens = self.lm.tokenizer.encode(
                 answer["choices"][0].get("text") or "", add_special_tokens=False
@@ -269,7 +284,7 @@ class OpenAIBackend(BaseBackend):
     def _prompt_logprobs(self, endpoint: Endpoint, ids: list[int]) -> list[float]:
         """Each prompt token's log-probability after the first (vLLM's ``prompt_logprobs``)."""
         body = {"model": self._model, "prompt": [ids], "max_tokens": 1, "temperature": 0.0}
-        answer = post(f"{endpoint.url}/v1/completions", {**body, "prompt_logprobs": 0})
+        answer = post(f"{endpoint.api}/completions", {**body, "prompt_logprobs": 0})
         rows = answer["choices"][0].get("prompt_logprobs")
         if rows is None:
             raise LampeEvalError(f"{endpoint.url} returned no prompt_logprobs: perplexity needs them")
@@ -279,7 +294,7 @@ class OpenAIBackend(BaseBackend):
         """The same from a text prompt, through the completions API's ``echo`` + ``logprobs``."""
         body = {"model": self._model, "prompt": self._prompt_text(None, ids), "max_tokens": 0}
         try:
-            answer = post(f"{endpoint.url}/v1/completions", {**body, "echo": True, "logprobs": 0})
+            answer = post(f"{endpoint.api}/completions", {**body, "echo": True, "logprobs": 0})
         except EndpointDown:
             raise
         except LampeEvalError as error:
@@ -325,20 +340,92 @@ def _other_tokenizer(url: str, served: int, expected: int) -> LampeEvalError:
     )
 
 
+def method_mismatch(url: str, served: dict[str, Any] | None, method: Method, model: str) -> str | None:
+    """Why ``method`` cannot run against a server that runs ``served`` (``/lampe``; None: no method), in one
+    short line naming both and the ``serve`` command that would match; None when they are the same."""
+    if served is None:
+        if method.kind == "baseline":
+            return None
+        return (
+            f"{url} serves the model without a method (no /lampe), this job asks for {method.name}: only "
+            f"rope runs there; serve it with lampe-eval serve --model {model} --method {method.name}"
+        )
+    wanted = json.loads(json.dumps(method.params(), sort_keys=True, default=str))
+    name, params = str(served["method"]), served.get("params") or {}
+    serve = f"serve it with lampe-eval serve --model {model} --method {method.name} --len <the job's length>"
+    if name != method.name:
+        return f"{url} serves {name}, this job asks for {method.name}: {serve}, or leave out --method"
+    differ = sorted(key for key in wanted.keys() | params.keys() if wanted.get(key) != params.get(key))
+    if not differ:
+        return None
+    shown = ", ".join(f"{key}={params.get(key)} (job: {wanted.get(key)})" for key in differ[:3])
+    more = f" and {len(differ) - 3} more" if len(differ) > 3 else ""
+    length = f" at --len {served['max_len']}" if served.get("max_len") else ""
+    return f"{url} serves {name}{length} with {shown}{more}: {serve} and its -p, or leave out --method"
+
+
 # ------------------------------------------------------------------------------------ HTTP
-def model_name(url: str) -> str:
-    """The model name the endpoint serves (``/v1/models``)."""
-    listing = get(f"{url}/v1/models")
+API_SUFFIXES = ("/chat/completions", "/completions", "/models")  # a request's URL given for the API's
+
+
+def locate(given: str) -> str:
+    """The OpenAI base URL of the server at ``given``: a server root (``http://host:8000``: ``/v1`` is
+    added) or a base URL (``http://host:8000/v1``, with or without a trailing slash, or one of its request
+    URLs); the first of those whose ``/models`` answers. One line naming the paths tried when none does."""
+    url = given.rstrip("/")
+    for suffix in API_SUFFIXES:
+        url = url.removesuffix(suffix) if url.endswith(f"/v1{suffix}") else url
+    bases = [url] if url.endswith("/v1") else [f"{url}/v1", url]
+    tried = []
+    for base in bases:
+        try:
+            get(f"{base}/models")
+        except EndpointDown:
+            raise
+        except LampeEvalError as error:
+            if "HTTP 404" not in str(error):
+                raise
+            tried.append(f"{base}/models")
+            continue
+        return base
+    raise LampeEvalError(
+        f"--endpoint {given}: no OpenAI-compatible API there ({' and '.join(tried)} answered HTTP 404); "
+        "give the server's root (http://host:port) or its base URL (http://host:port/v1)"
+    )
+
+
+def server_root(api: str) -> str:
+    """The server's root for an OpenAI base URL (where ``/lampe`` and ``/version`` live)."""
+    return api.removesuffix("/v1")
+
+
+def model_name(api: str) -> str:
+    """The model name the endpoint serves (``/models``)."""
+    listing = get(f"{api}/models")
     names = [m["id"] for m in listing.get("data", [])]
     if not names:
-        raise LampeEvalError(f"{url}/v1/models lists no model")
+        raise LampeEvalError(f"{api}/models lists no model")
     return str(names[0])
 
 
-def served_method(url: str) -> dict[str, Any] | None:
-    """What ``lampe-eval serve`` at ``url`` runs (``GET /lampe``); None for a server without it."""
+def served_method(root: str) -> dict[str, Any] | None:
+    """What ``lampe-eval serve`` at ``root`` runs (``GET /lampe``); None for a server without it."""
+    return _optional(f"{root}/lampe")
+
+
+def server_version(root: str) -> str | None:
+    """A foreign server's version (vLLM's ``GET /version``); None when it has no such path."""
+    answer = _optional(f"{root}/version")
+    version = (answer or {}).get("version")
+    return str(version) if version else None
+
+
+def _optional(url: str) -> dict[str, Any] | None:
+    """``GET url``; None when the server does not have it (a 404)."""
     try:
-        return get(f"{url}/lampe")
+        return get(url)
+    except EndpointDown:
+        raise
     except LampeEvalError as error:
         if "HTTP 404" in str(error):
             return None
@@ -367,7 +454,7 @@ def _call(request: urllib.request.Request) -> dict[str, Any]:
     for wait in (*RETRY_SECONDS, None):
         try:
             with urllib.request.urlopen(request, timeout=TIMEOUT) as answer:
-                return dict(json.load(answer))
+                return _json(request.full_url, answer.read())
         except urllib.error.HTTPError as error:
             detail = _message(error)
             if error.code != 429 and error.code < 500:
@@ -378,6 +465,16 @@ def _call(request: urllib.request.Request) -> dict[str, Any]:
         if wait is not None:
             time.sleep(wait)
     raise EndpointDown(f"{request.full_url}: {problem} (after {len(RETRY_SECONDS) + 1} tries)")
+
+
+def _json(url: str, body: bytes) -> dict[str, Any]:
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict):
+        raise LampeEvalError(f"{url}: the answer is not a JSON object (an OpenAI-compatible server's API?)")
+    return answer
 
 
 class EndpointDown(BackendGone):

@@ -42,7 +42,10 @@ def run_command(
             "(repeat or comma-separate; default {default_model})."
         ),
     ] = None,
-    method: Annotated[list[str] | None, method_option("Method name(s): {methods} (default rope).")] = None,
+    method: Annotated[
+        list[str] | None,
+        method_option("Method name(s): {methods} (default rope; --backend openai: what the server runs)."),
+    ] = None,
     bench: list[str] = typer.Option(None, "--bench", "-b", help="Benchmark name(s): {benchmarks}."),
     task: list[str] = typer.Option(None, "--task", "-t", help="Task(s) of the benchmark (default: all)."),
     length: Annotated[list[str] | None, length_option("Context length(s): 4096, 4k, 64K, 128k.")] = None,
@@ -124,6 +127,9 @@ def run_command(
         for name, value in (("--limit", limit), ("--workers", workers)):
             if value is not None and value < 1:
                 raise LampeEvalError(f"{name} must be at least 1, got {value}")
+        endpoints = tuple(split_list([endpoint])) if endpoint else ()
+        if method is None and experiment is None:
+            method, param = _served_method(backend, endpoints, param)
         spec = spec_of(experiment, model, method, bench, task, length, param).override(
             limit=limit,
             seed=seed,
@@ -143,7 +149,7 @@ def run_command(
             batch_size=batch_size,
             kv_cache_gib=kv_cache_gib,
             gpu_memory_utilization=gpu_memory_utilization,
-            endpoints=tuple(split_list([endpoint])) if endpoint else (),
+            endpoints=endpoints,
             ray=ray,
             ray_address=ray_address,
         )
@@ -171,6 +177,31 @@ def say_memory(exp: Experiment) -> None:
         print_line(f"memory at the peak ({exp.settings.backend}{batch}, estimated from the configs):")
     for need in exp.memory:
         print_line(f"  {need.model} | {need.method} | {format_length(need.length)}: {need.describe()}")
+
+
+def _served_method(
+    backend: str | None, endpoints: tuple[str, ...], param: list[str] | None
+) -> tuple[list[str] | None, list[str] | None]:
+    """``--method`` and ``-p`` when ``--method`` is left out: what the backend's server runs (``--backend
+    openai``: the method ``serve`` was started with, said in one line), else none (rope)."""
+    from ..backends import BACKENDS
+    from ..runner.experiment import RunSettings
+    from ..settings import DEFAULT_BACKEND
+
+    name = backend or DEFAULT_BACKEND
+    if name not in BACKENDS:  # one an --import module registers: checked with the grid
+        return None, param
+    served = BACKENDS.get(name).default_method(RunSettings(backend=name, endpoints=endpoints))
+    if served is None:
+        return None, param
+    method, given = served
+    args = [f"{key}={value}" for key, value in given.items()]
+    say_error(
+        "note:",
+        f"no --method: evaluating what {endpoints[0]} serves, {method}"
+        + "".join(f" -p {arg}" for arg in args),
+    )
+    return [method], [*args, *(param or [])]
 
 
 def _prepare(spec: ExperimentSpec, settings: RunSettings) -> tuple[Experiment, ResultStore]:

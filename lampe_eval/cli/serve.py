@@ -12,14 +12,24 @@ from ..lengths import parse_lengths
 from .common import fail, parse_key_values, say_error
 from .params import Dtype, ModelName, length_option, method_option, param_option
 
+GEN_ROOM = 64  # the server's (lampe_eval.backends.vllm_serve.GEN_ROOM, tested equal): not imported for --help
+
 
 def serve_command(
     model: ModelName = "smollm2-135m",
     method: Annotated[str, method_option("Method installed for every request ({methods}).")] = "rope",
     param: Annotated[list[str] | None, param_option("Method parameter key=value (repeatable).")] = None,
     length: Annotated[
-        str | None, length_option("Longest prompt + generation served (default: the model's window).")
+        str | None,
+        length_option(
+            "Longest prompt served, the length the method plans for (default: the model's window)."
+        ),
     ] = None,
+    gen_room: int = typer.Option(
+        GEN_ROOM,
+        "--gen-room",
+        help="New tokens a prompt of --len tokens may still ask for: prompt + max_tokens <= --len + this.",
+    ),
     window: int | None = typer.Option(
         None, "--window", help="Pretraining window the method plans with (default: the model's own)."
     ),
@@ -40,7 +50,8 @@ def serve_command(
 ) -> None:
     """Serve a model with a method installed, through vLLM's OpenAI-compatible API (completions, chat
     completions, token-id prompts, echo and logprobs); GET /lampe says what runs. Each request is planned
-    from its own prompt length and max_tokens.
+    from its own prompt length and max_tokens; a prompt over --len tokens, or prompt + max_tokens over
+    --len + --gen-room, is an HTTP 400 naming both numbers.
 
     Example: lampe-eval serve --model smollm2-135m --method lampe --len 16k --port 8000
     (then, e.g., curl localhost:8000/v1/completions -d '{"model": "smollm2-135m", "prompt": "Hi"}')
@@ -57,6 +68,10 @@ def serve_command(
             raise LampeEvalError(f"--port {port}: choose 1-65535")
         if batch_size < 1:
             raise LampeEvalError("--batch-size must be at least 1")
+        if gen_room < 1:
+            raise LampeEvalError(
+                f"--gen-room {gen_room}: at least 1 (perplexity at --len tokens asks for one new token)"
+            )
         resolve_source(model)
         params = parse_key_values(param, "--param")
         if tensor_parallel < 1:
@@ -73,7 +88,15 @@ def serve_command(
         backend = VLLMBackend(
             lm, batch_size=batch_size, dtype=dtype, kv_cache_bytes=kv_bytes, tensor_parallel=tensor_parallel
         )
-        where = ServeSettings(host=host, port=port, max_len=max_len, api_key=api_key, served_name=served_name)
+        where = ServeSettings(
+            host=host,
+            port=port,
+            max_len=max_len,
+            gen_room=gen_room,
+            api_key=api_key,
+            served_name=served_name,
+            given=params,
+        )
         serve(backend, resolved.method, model, where)
     except LampeEvalError as err:
         fail(str(err))

@@ -90,6 +90,7 @@ class Failed:
     unit: str | None
     error: str  # one line
     traceback: str = ""
+    describe: str = ""  # the unit's label (a unit that fails before it starts has no Started to name it)
 
 
 @dataclass(frozen=True)

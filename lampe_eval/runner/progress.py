@@ -114,7 +114,7 @@ class RunProgress:
         if task_id is not None:
             self.progress.remove_task(task_id)
         self.progress.advance(self.overall)
-        describe = self.describe.get(uid) or uid or "worker"
+        describe = self.describe.get(uid) or getattr(event, "describe", "") or uid or "worker"
         if isinstance(event, Failed):
             self.failed += 1
             self.log(f"FAILED {describe}: {event.error}")

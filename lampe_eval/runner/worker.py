@@ -133,7 +133,7 @@ class Worker:
         """Events for one unit; a failure becomes a ``fail`` event (the worker stays usable)."""
         uid = unit_id(unit)
         if self.gone is not None:  # not tried again against what is gone
-            yield Failed(uid, f"not run: {self.gone}")
+            yield Failed(uid, f"not run: {self.gone}", describe=unit.describe())
             return
         try:
             yield from self._run(unit, uid)
@@ -142,7 +142,7 @@ class Worker:
             message = failure_line(err)
             if isinstance(err, BackendGone):
                 self.gone = message
-            yield Failed(uid, message, traceback.format_exc())
+            yield Failed(uid, message, traceback.format_exc(), unit.describe())
 
     def _run(self, unit: WorkUnit, uid: str) -> Iterator[Event]:
         """The unit's samples that have no stored record, through the backend: each sample's rounds of
