@@ -24,7 +24,7 @@ class RunSettings:
     # >1: each worker spreads its model over that many GPUs (device_map auto; vLLM: tensor parallel)
     gpus_per_worker: int = 1
     device_map: str | None = None  # "auto": accelerate places the model over the worker's visible GPUs
-    batch_size: int = 1  # requests the backend runs together (equal token counts: the same results)
+    batch_size: int = 1  # requests the backend runs together (the results of batch size 1)
     backend: str = DEFAULT_BACKEND  # the inference backend (lampe_eval.backends.BACKENDS)
     # an engine that sizes its own KV cache (vLLM): its size in GiB, or the share of the GPU it may take
     kv_cache_gib: float | None = None

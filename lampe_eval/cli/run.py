@@ -81,7 +81,10 @@ def run_command(
         None, "--device-map", help="auto: accelerate spreads the model over the worker's visible GPUs."
     ),
     batch_size: int = typer.Option(
-        1, "--batch-size", help="Run up to N samples of a job together when their token counts are equal."
+        1,
+        "--batch-size",
+        help="Requests run together: hf, of equal token counts; vllm, N sequences of any length; openai, "
+        "N in flight per endpoint.",
     ),
     backend: str | None = typer.Option(
         None,
