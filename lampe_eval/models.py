@@ -776,6 +776,18 @@ FAMILY_EXAMPLES: dict[str, dict[str, Any]] = {
         "sliding_window": 16,
         "max_window_layers": 1,
     },
+    # mixture-of-experts MLPs beside Qwen3's, Mistral's and Qwen2's attention (Qwen2's query/key/value
+    # biases); each token goes through all 4 experts, by the router's weights: a top-2 choice flips between
+    # bf16 and fp32 on random weights, which `make gpu-check` (h) compares (tests/test_moe_families.py
+    # runs vLLM with 2 of 4)
+    "qwen3_moe": {"num_experts": 4, "num_experts_per_tok": 4, "moe_intermediate_size": 32},
+    "mixtral": {"num_local_experts": 4, "num_experts_per_tok": 4},
+    "qwen2_moe": {
+        "num_experts": 4,
+        "num_experts_per_tok": 4,
+        "moe_intermediate_size": 32,
+        "shared_expert_intermediate_size": 64,
+    },
     # one fused query_key_value (head after head), a quarter of each head turning, no grouped keys
     "gpt_neox": {
         "num_key_value_heads": None,

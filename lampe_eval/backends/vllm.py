@@ -645,8 +645,16 @@ def tensor_parallel_refusal(config: Any, ranks: int) -> str | None:
 
 def vllm_model_refusal(config: Any) -> str | None:
     """A model vLLM 0.32 itself does not run, whatever the method: Qwen2 or Qwen3 with sliding-window layers
-    beside full ones (its ``Qwen2Model`` asserts every layer or none slides)."""
+    beside full ones (its ``Qwen2Model`` asserts every layer or none slides); a mixture-of-experts model with
+    a sliding window (vLLM 0.32's Mixtral, Qwen2-MoE and Qwen3-MoE classes read no ``sliding_window``, so
+    they would attend to every key)."""
     config = text_config(config)
+    moe = getattr(config, "model_type", "") in ("mixtral", "qwen2_moe", "qwen3_moe")
+    if moe and getattr(config, "use_sliding_window", True) and getattr(config, "sliding_window", None):
+        return (
+            f"vLLM 0.32's {config.model_type} ignores the model's sliding window ({config.sliding_window}) "
+            "and would attend to every key: use --backend hf"
+        )
     layer_types = getattr(config, "layer_types", None) or []
     qwen = getattr(config, "model_type", "") in ("qwen2", "qwen3")
     if qwen and len(set(layer_types)) > 1 and config.max_window_layers != config.num_hidden_layers:

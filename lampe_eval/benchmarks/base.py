@@ -8,7 +8,9 @@ It must define ``tasks``, ``samples`` and ``score`` (abstract), and declare:
 
 - ``metrics``: every score it reports (direction, display cap, label): reports rank and print them
   from this, never from names;
-- ``options``: its ``--opt`` settings (type, default, help, whether they change results);
+- ``options``: its ``--opt`` settings (type, default, help, whether they change results); one that
+  generates (not ``loss_only``) also takes ``enable_thinking`` and ``thinking_budget``, added when it
+  registers (:mod:`.thinking`: the runner drives ``rounds``, which wraps ``evaluate``);
 - optionally ``summarize_tasks`` (a benchmark-level row: LongBench's categories, L-Eval's average; or
   ``summarize_aggregates`` when the row needs more than each task's headline),
   ``bucket_plot`` / ``input_length_key`` (the score-by-input-length plot, the paper's Figure 5),
@@ -46,6 +48,7 @@ from ..errors import LampeEvalError, suggestion, unknown
 from ..models import LoadedModel
 from ..options import Option, identity, parse_options
 from ..registry import Registry
+from . import thinking
 
 
 @dataclass(frozen=True)
@@ -132,6 +135,10 @@ class SampleContext:
     data_dir: str | None = None  # local data override (offline fixtures, downloaded files)
     options: dict[str, Any] = field(default_factory=dict)  # the job's --opt values for this benchmark
 
+    def __post_init__(self) -> None:
+        # the chat template renders the job's enable_thinking (benchmarks/thinking.py); no option, same lm
+        self.lm = thinking.bind(self.lm, self.options)
+
 
 def mean_scores(scores: Sequence[Mapping[str, float]]) -> dict[str, float]:
     """The mean of each metric of the first sample over the samples (that have it)."""
@@ -200,6 +207,12 @@ class Benchmark(ABC):
         (generation,) = yield [self.generation_request(sample)]
         assert isinstance(generation, Generation)
         return generation.output()
+
+    def rounds(self, sample: Sample, ctx: SampleContext) -> Rounds:
+        """What the runner drives for a sample: ``evaluate``'s rounds, through the thinking protocol when
+        the job sets ``enable_thinking`` or ``thinking_budget`` (:mod:`.thinking`: the budget's two
+        requests per generation, the thinking kept out of what ``score`` reads); else ``evaluate``'s own."""
+        return thinking.rounds(self.evaluate(sample, ctx), ctx.lm, ctx.options)
 
     @staticmethod
     def generation_request(sample: Sample, **changes: Any) -> GenerationRequest:
@@ -327,12 +340,16 @@ def options_by_benchmark(benchmarks: Sequence[str], values: Mapping[str, Any]) -
     for bench, cls in classes.items():
         mine = {o.name: o for o in cls.options}
         out[bench] = {k: mine[k].parse(v, f"{bench}: ") for k, v in values.items() if k in mine}
+        thinking.check_options(out[bench])
     return out
 
 
 def _check_declarations(cls: type[Benchmark]) -> None:
     if not cls.metrics:
         raise TypeError(f"benchmark {cls.__name__} must declare its metrics (metrics = (Metric(...), ...))")
+    # every benchmark that generates takes the thinking options (benchmarks/thinking.py)
+    if not cls.loss_only and not any(o.name in (thinking.ENABLE, thinking.BUDGET) for o in cls.options):
+        cls.options = (*cls.options, *thinking.OPTIONS)
     names = [o.name for o in cls.options]
     if len(set(names)) != len(names):
         raise TypeError(f"benchmark {cls.__name__} declares an option twice")

@@ -183,7 +183,7 @@ class Worker:
 
         with backend.install(resolved.method):
             todo = pending.samples(bench.samples(job.task, ctx))
-            for done in evaluate_samples(backend, todo, lambda item: bench.evaluate(item[1], ctx)):
+            for done in evaluate_samples(backend, todo, lambda item: bench.rounds(item[1], ctx)):
                 yield from skips()
                 index, sample, fingerprint = done.item
                 yield self._record(bench, uid, job, stamp, index, sample, fingerprint, done)
