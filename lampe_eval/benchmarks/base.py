@@ -19,6 +19,8 @@ It must define ``tasks``, ``samples`` and ``score`` (abstract), and declare:
   ``aggregate`` (task score from sample scores; default: the mean of each metric) with ``resample``
   (the same aggregate over bootstrap resamples of the samples, vectorised: reports' confidence
   intervals; default: the mean) and ``truncation`` (where an over-long input is cut: ``show-prompt``).
+- optionally ``prediction_files``: the prediction files other harnesses write for it, which
+  ``lampe-eval import`` reads and scores with ``score`` (``score_prediction``; :mod:`.predictions`).
 
 Data flow for one job (model, method, benchmark, task, length):
 ``samples(task, ctx)`` -> for each sample ``evaluate(sample, ctx)``, a generator of rounds of requests to
@@ -49,6 +51,7 @@ from ..models import LoadedModel
 from ..options import Option, identity, parse_options
 from ..registry import Registry
 from . import thinking
+from .predictions import PredictionFile
 
 
 @dataclass(frozen=True)
@@ -179,6 +182,10 @@ class Benchmark(ABC):
     truncation: ClassVar[str] = ""  # where an over-long input is cut (``show-prompt`` says it)
     # every request is a loss pass (NLLRequest): no KV cache is kept, which the memory estimate uses
     loss_only: ClassVar[bool] = False
+    # the prediction files other harnesses write for it (``lampe-eval import``; benchmarks/predictions.py)
+    prediction_files: ClassVar[tuple[PredictionFile, ...]] = ()
+    # ``score`` needs only a record's references, meta and output (``score_stored``: ``lampe-eval rescore``)
+    rescorable: ClassVar[bool] = True
 
     # ------------------------------------------------------------------------------------- tasks
     @abstractmethod
@@ -229,6 +236,25 @@ class Benchmark(ABC):
     @abstractmethod
     def score(self, sample: Sample, output: dict[str, Any]) -> dict[str, float]:
         """Per-sample metrics (declared in ``metrics``); the first key is the task's headline metric."""
+
+    def score_stored(
+        self, task: str, references: Sequence[Any], meta: Mapping[str, Any], output: Mapping[str, Any]
+    ) -> dict[str, float]:
+        """``score`` of an output kept in a record (``lampe-eval rescore``), on the sample rebuilt from what
+        the record keeps: its references and meta (a record keeps no whole prompt, and no scorer reads
+        one; a benchmark whose scorer needs more sets ``rescorable = False``)."""
+        sample = Sample("", self.check_task(task), "", list(references), 0, dict(meta))
+        return self.score(sample, dict(output))
+
+    def score_prediction(
+        self, task: str, prediction: str, references: Sequence[Any], meta: Mapping[str, Any]
+    ) -> dict[str, float]:
+        """The scores of a prediction made elsewhere (``lampe-eval import``, a line of one of
+        ``prediction_files`` or of a ``--field`` mapping): ``score`` with the prediction as the output. A
+        benchmark that scores no generated text (``loss_only``) refuses in one line."""
+        if self.loss_only or not self.rescorable:
+            raise LampeEvalError(f"{self.name} scores no predictions made elsewhere: nothing to import")
+        return self.score_stored(task, references, meta, {"prediction": prediction})
 
     def aggregate(self, task: str, scores: Sequence[dict[str, float]]) -> dict[str, float]:
         """Task-level numbers from per-sample scores. Default: the mean of each metric."""

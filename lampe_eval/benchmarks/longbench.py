@@ -42,6 +42,7 @@ from ..prompts import newline_token
 from . import metrics
 from .base import BENCHMARKS, CLOSED_BOOK, Metric, Sample, SampleContext, closed_book_option
 from .datafiles import FIXTURE_OPTION, DataFileError, Field, Schema, decode_text, parse_jsonl
+from .predictions import PredictionFile
 from .table_driven import TableDrivenBenchmark
 from .tables import load_table, mapping
 
@@ -277,6 +278,18 @@ class LongBench(TableDrivenBenchmark):
     bucket_plot = True
     input_length_key = "record_tokens"
     truncation = "the middle of the formatted prompt (pre chat template): first and last --len/2 tokens kept"
+    # LongBench/pred.py, pred/<model>/<dataset>.jsonl (pred_e/ for LongBench-E): no sample id (its
+    # processes append in any order); `length` is the record's own (words; LongBench-E's buckets)
+    prediction_files = (
+        PredictionFile(
+            "LongBench's pred.py output (pred/<model>/<dataset>.jsonl)",
+            prediction="pred",
+            references="answers",
+            keys=("all_classes", "length"),
+            sample_id=("_id",),
+            meta=(("all_classes", "all_classes"), ("length", "length")),
+        ),
+    )
 
     def tasks(self) -> list[str]:
         return load_config().tasks()

@@ -41,6 +41,7 @@ from ..errors import LampeEvalError
 from ..options import Option
 from .base import BENCHMARKS, Metric, Sample, SampleContext, closed_book_option
 from .datafiles import FIXTURE_OPTION, Field, Schema, require_directories
+from .predictions import PredictionFile
 from .table_driven import TableDrivenBenchmark
 from .tables import load_table, mapping
 
@@ -180,6 +181,19 @@ class LongBenchV2(TableDrivenBenchmark):
     )
     schema = SCHEMA
     input_length_key = "record_tokens"
+    # pred.py (results/<model>[_cot|_no_context].jsonl): the record without its context, with `response`
+    # (the answer step's text, what result.py's `pred` is extracted from), `pred` and `judge`
+    prediction_files = (
+        PredictionFile(
+            "LongBench v2's pred.py output (results/<model>.jsonl)",
+            prediction="response",
+            references="answer",
+            keys=("_id", "difficulty", "length", "pred", "judge"),
+            sample_id=("_id",),
+            meta=tuple((key, key) for key in ("domain", "sub_domain", "difficulty", "length")),
+            score="judge",
+        ),
+    )
 
     def tasks(self) -> list[str]:
         return [load_config().task]

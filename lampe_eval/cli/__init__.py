@@ -1,5 +1,6 @@
 """The ``lampe-eval`` command line (typer + rich): ``list``, ``run``, ``report``, ``fit``, ``dpe-select``,
-``serve``, ``data check`` / ``data fetch`` (a grid's data ahead of a run), and the inspection commands
+``serve``, ``data check`` / ``data fetch`` (a grid's data ahead of a run), ``import`` (predictions made
+elsewhere into a results store) and ``rescore`` (a store's scores recomputed), and the inspection commands
 ``show-prompt`` (what the model receives) and ``show-positions`` (position maps).
 
 One module per command; :mod:`.common` holds the consoles and the one-line errors, :mod:`.params` the
@@ -20,9 +21,11 @@ from .common import console, err_console, fail, parse_key_values, say_error
 from .data import data_app
 from .dpe_select import dpe_select_command
 from .fit import fit_command
+from .import_predictions import import_command
 from .listing import list_command
 from .params import RegistryHelpCommand
 from .report import report_command
+from .rescore import rescore_command
 from .run import run_command
 from .serve import serve_command
 from .show_positions import show_positions_command
@@ -38,6 +41,8 @@ for _name, _command in (
     ("list", list_command),
     ("run", run_command),
     ("report", report_command),
+    ("import", import_command),
+    ("rescore", rescore_command),
     ("show-prompt", show_prompt_command),
     ("show-positions", show_positions_command),
     ("fit", fit_command),

@@ -19,7 +19,7 @@ import errno
 import json
 import os
 from collections import defaultdict
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +68,7 @@ class ResultStore:
         self.path = self.directory / RECORDS_FILE
         self.problems = Problems()
         self._offset = 0
+        self._inode: int | None = None
         self._keys: set[str] = set()
         self._done: dict[str, dict[str, StoredSample]] = defaultdict(dict)
         if load:
@@ -83,6 +84,9 @@ class ResultStore:
                 "(the results of a run are appended to that file)"
             )
         with self.path.open("rb") as handle:
+            inode = os.fstat(handle.fileno()).st_ino
+            if inode != self._inode:  # the file was rewritten in place (rescore): read it again
+                self._inode, self._offset, self.problems = inode, 0, Problems()
             handle.seek(self._offset)
             for raw in handle:
                 if not raw.endswith(b"\n"):
@@ -138,29 +142,117 @@ class ResultStore:
     def append_json(self, record: Mapping[str, Any]) -> None:
         """Append one line as it is given (:meth:`append` of a record's JSON form; tests write damaged or
         old-schema lines with it)."""
-        line = (json.dumps(record, ensure_ascii=False, sort_keys=True, default=str) + "\n").encode("utf-8")
-        try:
-            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
-        except OSError as err:
-            raise store_error(self.path, err) from err
-        try:
-            with _locked(fd):
-                size = os.fstat(fd).st_size
-                try:
-                    if size > 0 and os.pread(fd, 1, size - 1) != b"\n":
-                        line = b"\n" + line  # after a torn line, start clean
-                    view = memoryview(line)
-                    while view:
-                        written = os.write(fd, view)
-                        view = view[written:]
-                    os.fsync(fd)
-                except OSError as err:
-                    with contextlib.suppress(OSError):
-                        os.ftruncate(fd, size)  # no partial record left behind
-                    raise store_error(self.path, err) from err
-        finally:
-            os.close(fd)
+        line = record_line(record)
+        with _locked_file(self.path) as fd:
+            size = os.fstat(fd).st_size
+            try:
+                if size > 0 and os.pread(fd, 1, size - 1) != b"\n":
+                    line = b"\n" + line  # after a torn line, start clean
+                view = memoryview(line)
+                while view:
+                    written = os.write(fd, view)
+                    view = view[written:]
+                os.fsync(fd)
+            except OSError as err:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, size)  # no partial record left behind
+                raise store_error(self.path, err) from err
         self._keys.add(record["key"])
+
+
+def record_line(record: Mapping[str, Any]) -> bytes:
+    """One record as the store writes it: one JSON line."""
+    return (json.dumps(record, ensure_ascii=False, sort_keys=True, default=str) + "\n").encode("utf-8")
+
+
+def rewrite_records(
+    path: Path, update: Callable[[dict[str, Any]], Mapping[str, Any] | None], problems: Problems | None = None
+) -> int:
+    """Rewrite a records file in place, atomically: each line that is a valid record (:func:`check_record`)
+    is given to ``update``, whose answer (None: unchanged) replaces it; every other line (unreadable,
+    invalid, superseded or not) is kept byte for byte, in its place. The whole file is read and the new one
+    written beside it (fsynced) and put in place with ``os.replace`` while the store's lock is held, so
+    no append is lost: an appender waiting for the lock finds the file replaced and appends to the new one,
+    and a reader sees the old file or the new one, never a mix. Returns the number of lines replaced."""
+    replaced = 0
+    with _locked_file(path) as fd:
+        chunks: list[bytes] = []
+        with os.fdopen(os.dup(fd), "rb") as handle:  # the locked file itself, from its start
+            handle.seek(0)
+            for raw in handle:
+                line = raw.strip()
+                if not line:
+                    chunks.append(raw)
+                    continue
+                if problems is not None:
+                    problems.lines += 1
+                data = parse_line(line)
+                reason = check_record(data) if data is not None else "not a JSON object"
+                new = update(data) if data is not None and reason is None else None
+                if new is not None:
+                    chunks.append(record_line(new))
+                    replaced += 1
+                    continue
+                if problems is not None and data is None:
+                    problems.unreadable += 1
+                elif problems is not None and reason is not None:
+                    problems.note_invalid(problems.lines, reason)
+                chunks.append(raw)
+        if replaced:
+            _replace(path, b"".join(chunks))
+    return replaced
+
+
+def _replace(path: Path, content: bytes) -> None:
+    """``path`` replaced by ``content`` at once: a temporary file beside it, fsynced, renamed over it."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with tmp.open("wb") as handle:
+            handle.write(content)
+            handle.flush()
+            os.fsync(handle.fileno())
+        with contextlib.suppress(OSError):
+            os.chmod(tmp, os.stat(path).st_mode & 0o777)
+        os.replace(tmp, path)
+        with contextlib.suppress(OSError):  # the rename itself made durable
+            directory = os.open(path.parent, os.O_RDONLY)
+            try:
+                os.fsync(directory)
+            finally:
+                os.close(directory)
+    except OSError as err:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise store_error(path, err) from err
+
+
+@contextlib.contextmanager
+def _locked_file(path: Path) -> Iterator[int]:
+    """``path`` opened for appending under the store's lock (an exclusive ``flock``), released when the
+    block ends. A file that a rewrite (:func:`rewrite_records`) replaced while this waited for the lock is
+    let go, and the file now in place opened and locked instead."""
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as err:
+            raise store_error(path, err) from err
+        try:
+            if fcntl is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                current = os.fstat(fd).st_ino == os.stat(path).st_ino
+            except FileNotFoundError:
+                current = False
+        except BaseException:
+            os.close(fd)
+            raise
+        if current:
+            break
+        os.close(fd)  # closing lets its lock go
+    try:
+        yield fd
+    finally:
+        os.close(fd)
 
 
 def store_error(path: Path, err: OSError) -> StoreError:
@@ -178,15 +270,3 @@ def store_error(path: Path, err: OSError) -> StoreError:
         return StoreError(f"cannot write {path}: permission denied; make it writable, {resume}")
     reason = err.strerror or type(err).__name__
     return StoreError(f"cannot write {path}: {reason}; fix it, {resume}")
-
-
-@contextlib.contextmanager
-def _locked(fd: int) -> Iterator[None]:
-    if fcntl is None:  # pragma: no cover
-        yield
-        return
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    try:
-        yield
-    finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)

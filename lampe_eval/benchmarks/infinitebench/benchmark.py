@@ -63,6 +63,7 @@ from ...options import Option
 from ...prompts import prompt_token_count
 from ..base import BENCHMARKS, CLOSED_BOOK, Benchmark, Metric, Sample, SampleContext, closed_book_option
 from ..datafiles import FIXTURE_OPTION
+from ..predictions import PredictionFile
 from ..sample_cache import cached_lines, tokenizer_fingerprint
 from .config import InfiniteBenchConfig, TaskSpec, load_config
 from .data import (
@@ -231,6 +232,17 @@ class InfiniteBench(Benchmark):
     input_length_key = "original_tokens"
     depth_key = "depth"  # generated passkey, number_string, kv_retrieval: the needle's depth (synthetic.py)
     truncation = "the middle of the text, the wrapper kept whole: the first and last halves of what fits"
+    # src/eval_<model>.py, preds_<task>.jsonl: `id` (the example's index), `prediction` and `ground_truth`
+    # (eval_utils.get_answer: [option text, letter] for the choice tasks), what compute_scores.py reads
+    prediction_files = (
+        PredictionFile(
+            "InfiniteBench's eval_*.py output (preds_<task>.jsonl)",
+            prediction="prediction",
+            references="ground_truth",
+            keys=("id",),
+            sample_id=("id",),
+        ),
+    )
 
     @property
     def config(self) -> InfiniteBenchConfig:

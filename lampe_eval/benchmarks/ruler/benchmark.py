@@ -34,6 +34,7 @@ from ...models import LoadedModel, cache_dir
 from ...options import Option
 from ...prompts import prompt_ids, prompt_token_count
 from ..base import BENCHMARKS, CLOSED_BOOK, Benchmark, Metric, Sample, SampleContext, closed_book_option
+from ..predictions import PredictionFile
 from ..sample_cache import cached_lines, tokenizer_fingerprint
 from .config import TaskConfig, load_config
 from .fitting import TooShortError, fit_to_budget
@@ -262,6 +263,19 @@ class RulerBenchmark(Benchmark):
         closed_book_option("closed-book control: the same samples, their haystack and needles removed"),
     )
     truncation = "never: the haystack is generated to fit --len minus the answer budget"
+    # RULER's scripts/pred/call_api.py, pred/<task>.jsonl (`length`: the input's tokens plus the answer
+    # budget, by RULER's tokenizer, without the model template; scripts/data/synthetic/niah.py)
+    prediction_files = (
+        PredictionFile(
+            "RULER's call_api.py output (pred/<task>.jsonl)",
+            prediction="pred",
+            references="outputs",
+            keys=("index", "input"),
+            sample_id=("others.id", "index"),  # as scripts/eval/evaluate.py reads it
+            meta=(("length", "length"), ("truncation", "truncation")),
+            prompt="input",
+        ),
+    )
     depth_key = "needle_depths"  # the NIAH tasks' answer needles (generators.py)
     # RULER's effective length: the largest length whose 13-task average exceeds Llama-2-7B's score at 4K
     effective_length_threshold = 85.6
