@@ -114,6 +114,23 @@ table-ppl: setup
 	$(call RUN,table-ppl)
 	$(call REPORT,table-ppl,ppl)
 
+# Other papers' published RULER numbers (paper_tables/<name>.yaml says where each comes from and how its rows
+# map to methods here): Qwen2.5-7B-Instruct with and without length extrapolation (Qwen2.5 report, Table 16),
+# Qwen3-8B in non-thinking and thinking mode (Qwen3 report, Table 23: one store and one paper table per mode,
+# the modes being benchmark options), Llama-3.1-8B-Instruct + STRING at 128K per task (the STRING README).
+# Each also runs rope inside the model's window: the report's short-context table is what a method costs there.
+table-qwen25-ruler: setup
+	$(call RUN,table-qwen25-ruler)
+	$(call REPORT,table-qwen25-ruler,qwen25-ruler)
+table-qwen3-ruler: setup
+	$(call RUN,table-qwen3-ruler-nonthinking)
+	$(call REPORT,table-qwen3-ruler-nonthinking,qwen3-ruler-nonthinking)
+	$(call RUN,table-qwen3-ruler-thinking)
+	$(call REPORT,table-qwen3-ruler-thinking,qwen3-ruler-thinking)
+table-string-ruler: setup
+	$(call RUN,table-string-ruler)
+	$(call REPORT,table-string-ruler,string-ruler)
+
 table1-smoke: setup
 	$(call RUN,table1-smoke)
 	$(call REPORT,table1-smoke,table1,--as-model smollm2-135m --as-length 2k)

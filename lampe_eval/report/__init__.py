@@ -8,6 +8,8 @@ and our numbers next to the paper's (``paper_tables/`` of :mod:`lampe_eval.resou
     report.html                           everything in one self-contained page (format ``html``)
     leaderboard.csv                       one row per model x method x benchmark x length
     (in the tables) effective length      per method, for benchmarks that declare a threshold
+    (in the tables) short context         per method: its score within the model's window against the
+                                          baseline's on the same samples (:mod:`.short_context`)
     comparisons.csv                       paired comparisons with the baseline and the best other method
     paper-<name>.md|tex|csv               per requested paper table: ours / paper (difference)
     paper-<name>-cells.csv                the same comparison, one line per cell, raw numbers
@@ -40,6 +42,7 @@ from .formats import REPORT_FORMATS, Report, ReportFormat, ReportInputs
 from .leaderboard import LEADERBOARD_COLUMNS
 from .paper import Comparison, compare, load_paper_table, paper_table_names
 from .plots import make_plots
+from .short_context import missing_windows, model_windows, with_short_context
 from .sources import data_sources_table
 from .tables import generic_tables
 from .uncertainty import Bootstrap, BootstrapSettings
@@ -121,6 +124,8 @@ def build_report(
     closed_book = task_scores(closed_records)
     levels = difficulty_scores(records)
     resampler = Bootstrap(bootstrap) if bootstrap is not None and bootstrap.resamples > 0 else None
+    windows = model_windows(s.model for s in scores)
+    warnings.extend(missing_windows(scores, windows, presentation))
     tables = with_effective_lengths(
         generic_tables(scores, resampler, presentation), scores, threshold, relative, presentation
     )
@@ -128,7 +133,13 @@ def build_report(
     report = Report(
         tables=([sources] if sources is not None else [])
         + with_difficulty_tables(
-            with_context_measures(tables, scores, closed_book, resampler, presentation),
+            with_short_context(
+                with_context_measures(tables, scores, closed_book, resampler, presentation),
+                scores,
+                windows,
+                resampler,
+                presentation,
+            ),
             levels,
             resampler,
             presentation,
@@ -159,6 +170,7 @@ def build_report(
         relative=relative,
         closed_book=closed_book,
         levels=levels,
+        windows=windows,
     )
     for name in REPORT_FORMATS.names():
         fmt = REPORT_FORMATS.get(name)()

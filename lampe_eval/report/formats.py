@@ -63,6 +63,7 @@ class ReportInputs:
     relative: float = RELATIVE  # the relative effective length's fraction of the base score
     closed_book: list[TaskScore] = field(default_factory=list)  # closed-book results (--opt no_context=true)
     levels: dict[str, list[TaskScore]] = field(default_factory=dict)  # difficulty level -> its results
+    windows: dict[str, int] = field(default_factory=dict)  # model -> pretraining window (short context)
 
 
 class ReportFormat(ABC):
@@ -159,6 +160,7 @@ class Leaderboard(ReportFormat):
             inputs.relative,
             inputs.closed_book,
             inputs.levels,
+            inputs.windows,
         )
         atomic_write_text(files[0], board)
         if resampler is not None:
@@ -195,6 +197,7 @@ class Html(ReportFormat):
                 inputs.relative,
                 inputs.closed_book,
                 inputs.levels,
+                inputs.windows,
             ),
             comparisons=comparison_rows(inputs.scores, resampler, inputs.presentation) if resampler else [],
             plots=inputs.plots,

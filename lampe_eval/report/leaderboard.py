@@ -39,6 +39,17 @@ longscore           LongScore (100-LongBench): the mean over the longer lengths 
                     length row of the method; empty where undefined
 scores_by_difficulty  ``level=score`` pairs, ``;``-separated, easiest first: the score on each difficulty
                     level's samples (:mod:`.difficulty`); empty where the samples carry no level
+window              the model's pretraining window in tokens, where known without loading it
+                    (:mod:`.short_context`); empty otherwise
+short_context_score  the method's score at the tested lengths <= window, on the samples the baseline
+                    also ran (mean over task x length strata; the baseline's own rows: its in-window
+                    score); the same on every length row of the method; empty without a baseline or
+                    an in-window length both ran
+short_context_baseline_score  the baseline's score on the same samples
+short_context_diff  short_context_score - short_context_baseline_score (metric units; for a
+                    lower-is-better metric a positive value is a cost)
+short_context_diff_ci_low   its 95% paired bootstrap interval (the same resamples for both runs)
+short_context_diff_ci_high  (empty: intervals off, or under 2 common samples in a stratum)
 ==================  ==========================================================================
 
 ``comparisons.csv`` (:func:`comparison_rows`) holds, per row, the paired comparisons with the baseline
@@ -53,7 +64,7 @@ import io
 import json
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from ..lengths import format_length
 from .closed_book import Gain, gains_by_length, long_scores
@@ -69,6 +80,7 @@ from .data import (
 )
 from .difficulty import scores_by_difficulty
 from .effective import RELATIVE, effective_lengths, relative_effective_lengths
+from .short_context import SHORT_CONTEXT_COLUMNS, short_context, short_context_fields
 from .uncertainty import Bootstrap, Difference
 
 LEADERBOARD_COLUMNS = [
@@ -97,6 +109,7 @@ LEADERBOARD_COLUMNS = [
     "context_gain_ci_high",
     "longscore",
     "scores_by_difficulty",
+    *SHORT_CONTEXT_COLUMNS,
 ]
 
 COMPARISON_COLUMNS = [
@@ -138,16 +151,20 @@ def leaderboard_rows(
     relative: float = RELATIVE,
     closed: Sequence[TaskScore] = (),
     levels: dict[str, list[TaskScore]] | None = None,
+    windows: Mapping[str, int] | None = None,
 ) -> list[dict[str, object]]:
     """``threshold``: the effective length's, replacing the benchmarks' declared ones; ``relative``: the
     relative effective length's fraction of the base score; ``closed``: the closed-book results;
-    ``levels``: the results per difficulty level (:func:`~.difficulty.difficulty_scores`)."""
+    ``levels``: the results per difficulty level (:func:`~.difficulty.difficulty_scores`); ``windows``:
+    model -> pretraining window (:func:`~.short_context.model_windows`; the short-context columns)."""
     labels = variant_labels(s.variant for s in scores)
     effective = effective_lengths(scores, threshold)
     by_base = relative_effective_lengths(scores, relative, presentation)
     gains = gains_by_length(scores, closed, bootstrap, presentation)
     longs = long_scores(scores)
     graded = scores_by_difficulty(levels or {})
+    windows = windows or {}
+    shorts = short_context(scores, windows, bootstrap, presentation)
     rows = []
     for (model, variant, benchmark, length), items in _groups(scores, presentation):
         metric = items[0].metric
@@ -184,6 +201,7 @@ def leaderboard_rows(
                 if (found_long := longs.get((model, variant, benchmark)))
                 else "",
                 "scores_by_difficulty": graded.get((model, variant, benchmark, length), ""),
+                **short_context_fields(shorts.get((model, variant, benchmark)), windows.get(model)),
             }
         )
     return rows
@@ -214,8 +232,9 @@ def leaderboard_csv(
     relative: float = RELATIVE,
     closed: Sequence[TaskScore] = (),
     levels: dict[str, list[TaskScore]] | None = None,
+    windows: Mapping[str, int] | None = None,
 ) -> str:
-    rows = leaderboard_rows(scores, bootstrap, presentation, threshold, relative, closed, levels)
+    rows = leaderboard_rows(scores, bootstrap, presentation, threshold, relative, closed, levels, windows)
     return _csv(LEADERBOARD_COLUMNS, rows)
 
 

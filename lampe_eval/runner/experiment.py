@@ -21,7 +21,12 @@ experiment)::
       - models: [llama2-7b-chat]
         methods: [method_a, {name: method_b, params: {group_size: 16, window: 1024}}]
         benchmarks: {bench_a: all}  # or [bench_a, bench_b], or {bench_b: [task_1, task_2]}
-        lengths: [4k, 8k, 16k]
+        lengths: [4k, 8k, 16k]      # "window" (or "in-window"): each model's pretraining window
+
+A length spelled ``window`` (or ``in-window``) is each model's pretraining window, as the runner knows it
+before loading (:func:`lampe_eval.models.known_window`: a preset's, a local or cached config's): the
+in-window length a report's short-context comparison reads (:mod:`lampe_eval.report.short_context`); a
+model whose window only loading would tell is one line asking for a number.
 
 A file with a single grid may put ``models``/``methods``/``benchmarks``/``lengths`` at the top level
 instead of under ``grid``. Method parameters come from ``method_configs/`` as for ``run``, then the
@@ -46,6 +51,7 @@ from .jobs import Job, dedupe, expand_grid
 from .memory_check import MemoryNeed, check_memory, memory_needs
 
 GRID_KEYS = ("models", "methods", "benchmarks", "lengths")
+WINDOW_LENGTHS = ("window", "in-window")  # a length that is each model's pretraining window
 TOP_KEYS = (
     "name",
     "description",
@@ -142,6 +148,27 @@ class GridSpec:
     benchmarks: list[tuple[str, Any]]  # (name, None | "default" | "all" | [tasks])
     lengths: list[int]
     use_configs: bool = True  # add method_configs/ values to each job's parameters
+    window_length: bool = False  # also each model's pretraining window ("window" in the lengths)
+
+    def lengths_by_model(self) -> list[tuple[list[str], list[int]]]:
+        """(models, lengths) groups to expand: the grid's lengths, plus each model's window when asked."""
+        if not self.window_length:
+            return [(self.models, self.lengths)]
+        return [([model], [*self.lengths, model_window(model)]) for model in self.models]
+
+
+def model_window(model: str) -> int:
+    """The pretraining window of ``model`` for a length spelled ``window``; one line when it is not known
+    before loading."""
+    from ..models import known_window
+
+    window = known_window(model)
+    if not window:
+        raise LampeEvalError(
+            f"length 'window': the window of model {model!r} is not known before loading it (a hub id not "
+            "in the local cache, a GGUF file): give the length as a number"
+        )
+    return int(window)
 
 
 @dataclass
@@ -206,17 +233,18 @@ class ExperimentSpec:
         jobs: list[Job] = []
         for grid, bench_tasks in zip(self.grids, tasks, strict=True):
             methods = [(name, typed_params(name, params)) for name, params in grid.methods]
-            jobs += expand_grid(
-                grid.models,
-                methods,
-                bench_tasks,
-                grid.lengths,
-                self.limit,
-                self.seed,
-                use_configs=grid.use_configs,
-                options=per_benchmark,
-                data_dir=data_dir,
-            )
+            for models, lengths in grid.lengths_by_model():
+                jobs += expand_grid(
+                    models,
+                    methods,
+                    bench_tasks,
+                    lengths,
+                    self.limit,
+                    self.seed,
+                    use_configs=grid.use_configs,
+                    options=per_benchmark,
+                    data_dir=data_dir,
+                )
         return dedupe(jobs)
 
     def override(self, **values: Any) -> ExperimentSpec:
@@ -337,8 +365,12 @@ def grid_from_mapping(entry: Mapping[str, Any], where: str) -> GridSpec:
             benchmarks.append((str(name), tasks))
     else:
         benchmarks = [(name, None) for name in _names(raw_benchmarks, "benchmarks", where)]
-    lengths = parse_lengths([str(x) for x in _names(entry.get("lengths"), "lengths", where)])
-    return GridSpec(_names(entry.get("models"), "models", where), methods, benchmarks, lengths)
+    written = _names(entry.get("lengths"), "lengths", where)
+    window = any(str(x).strip().lower() in WINDOW_LENGTHS for x in written)
+    numbers = [str(x) for x in written if str(x).strip().lower() not in WINDOW_LENGTHS]
+    lengths = parse_lengths(numbers) if numbers or not window else []
+    models = _names(entry.get("models"), "models", where)
+    return GridSpec(models, methods, benchmarks, lengths, window_length=window)
 
 
 def find_experiment(name: str | Path) -> resources.Resource:
