@@ -1,8 +1,16 @@
-"""A tiny name -> class registry shared by methods and benchmarks.
+"""The name -> class registry every pluggable kind keeps one of: methods (``METHODS``), benchmarks
+(``BENCHMARKS``), backends (``BACKENDS``) and report formats (``REPORT_FORMATS``).
 
-Adding a method or a benchmark is one module: define the class and decorate it with its registry's
-``register``. The packages ``lampe_eval.methods`` and ``lampe_eval.benchmarks`` import every module
-they contain (:func:`import_submodules`), so the decorator runs without editing any list.
+A class joins its kind's registry with the decorator ``register(name)``, which sets the class's ``name``,
+runs the registry's ``check`` on it (what the kind must declare: a benchmark's metrics, a backend's
+placement, a report format's files; a ``TypeError`` at import) and refuses a name registered twice;
+``get`` of an unknown name raises one ``UnknownNameError`` line with the closest known name, and
+``remove`` forgets one (a plugin's, a test's).
+
+The packages ``lampe_eval.methods`` and ``lampe_eval.benchmarks`` import every module they contain
+(:func:`import_submodules`), so adding a method or a benchmark is one module and no list to edit;
+``lampe_eval.backends`` imports the backends it ships, the report formats are defined beside their
+registry, and a module of one's own registers when it is imported (``--import``, ``imports=``).
 """
 
 from __future__ import annotations

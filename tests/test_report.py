@@ -21,6 +21,7 @@ from lampe_eval.report.data import load_records, task_scores, variant_labels
 from lampe_eval.report.leaderboard import leaderboard_rows
 from lampe_eval.report.paper import (
     compare,
+    comparison_csv,
     load_paper_table,
     paper_table_names,
     paper_value,
@@ -28,6 +29,7 @@ from lampe_eval.report.paper import (
     validate_spec,
 )
 from lampe_eval.report.tables import generic_tables, to_csv, to_latex, to_markdown
+from lampe_eval.report.uncertainty import Bootstrap, BootstrapSettings
 from lampe_eval.runner.store import ResultStore
 
 ROOT = Path(__file__).resolve().parents[1] / "lampe_eval" / "resources"
@@ -201,6 +203,92 @@ def test_paper_comparison_puts_ours_next_to_the_paper_with_the_difference(store)
     short = compare(spec, task_scores(load_records([store])), as_model="llama3-8b-instruct", as_length=8192)
     assert [c.value for c in dict(short[1].table.rows)["+ DCA"][:3]] == pytest.approx([7.5, 7.5, 7.5])
     assert "(ours: llama3-8b-instruct at 8k)" in short[1].table.title
+
+
+# A paper table over the fake benchmark that reaches every branch of ``compare``: a column at its own
+# length, columns at the row's length (one number, or one per benchmark), a column with a task we never
+# ran, averages of complete and of incomplete columns, pinned parameters, two variants to choose from,
+# a method never run, saturated and unreported paper values, a block of a model never run.
+PINNED_SPEC = {
+    "name": "pinned",
+    "title": "Pinned",
+    "source": "this test",
+    "metric": "acc",
+    "groups": [["fake", 4], ["mean", 2]],
+    "columns": [
+        {"label": "A 1k", "benchmark": "fake", "tasks": ["alpha"], "length": "1k"},
+        {"label": "B", "benchmark": "fake", "tasks": ["beta"]},
+        {"label": "AB", "benchmark": "fake", "tasks": ["alpha", "beta"]},
+        {"label": "A+G", "benchmark": "fake", "tasks": ["alpha", "gamma"]},
+        {"label": "Avg.", "average": ["A 1k", "B"]},
+        {"label": "Avg. G", "average": ["AB", "A+G"]},
+    ],
+    "blocks": [
+        {
+            "model": "smollm2-135m",
+            "label": "2K",
+            "rows": [
+                {
+                    "label": "base",
+                    "method": "rope",
+                    "length": {"fake": "2k"},
+                    "values": [50, ">1e2", None, 1, 2, 3],
+                },
+                {"label": "SE", "method": "selfextend", "length": "1k", "values": [55.5, 60, 61, 62, 63, 64]},
+                {
+                    "label": "SE g8",
+                    "method": "selfextend",
+                    "params": {"group_size": 8},
+                    "length": 2048,
+                    "values": [1, 2, 3, 4, 5, 6],
+                },
+                {
+                    "label": "SE g3",
+                    "method": "selfextend",
+                    "params": {"group_size": 3},
+                    "length": "2k",
+                    "values": [1, 2, 3, 4, 5, 6],
+                },
+                {"label": "ours", "method": "lampe", "length": "2k", "values": [70, 71, 72, 73, 74, ">1e2"]},
+                {"label": "dca", "method": "dca", "length": "1k", "values": [None] * 6},
+            ],
+        },
+        {
+            "model": "never-run",
+            "rows": [{"label": "base", "method": "rope", "length": "1k", "values": [1] * 6}],
+        },
+    ],
+}
+
+
+def paper_snapshot(comparisons) -> str:
+    out = []
+    for comparison in comparisons:
+        table = comparison.table
+        out += [f"key: {table.key}", to_markdown(table)]
+        for label, cells in table.rows:
+            for column, cell in zip(table.columns, cells, strict=True):
+                parts = [(p.model, p.variant.method, p.variant.params, p.task, p.length) for p in cell.parts]
+                interval = None if cell.interval is None else [cell.interval.low, cell.interval.high]
+                out.append(f"{label} | {column}: {cell.value!r} {cell.reference!r} {interval} {parts}")
+    return "\n".join(out) + "\n" + comparison_csv(comparisons)
+
+
+def test_paper_comparison_is_pinned(store):
+    """Every table, cell and CSV row of ``compare`` on the fake and the PG-19 fixture, as they were."""
+    scores = task_scores(load_records([store]))
+    bootstrap = Bootstrap(BootstrapSettings(resamples=200, seed=0))
+    found = [
+        paper_snapshot(compare(PINNED_SPEC, scores)),
+        paper_snapshot(compare(PINNED_SPEC, scores, bootstrap=bootstrap)),
+        paper_snapshot(compare(PINNED_SPEC, scores, as_model="smollm2-135m", as_length=1024)),
+        paper_snapshot(compare(load_paper_table("ppl"), scores, bootstrap=bootstrap)),
+        paper_snapshot(
+            compare(load_paper_table("ppl"), scores, as_model="llama3-8b-instruct", as_length=8192)
+        ),
+    ]
+    expected = (Path(__file__).parent / "fixtures" / "paper_compare_pinned.txt").read_text()
+    assert "\n=====\n".join(found) == expected
 
 
 # Averages the paper prints that differ from the mean of its own task scores (by more than rounding);

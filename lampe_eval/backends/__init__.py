@@ -1,6 +1,17 @@
-"""Inference backends: the only code that touches a model object (see :mod:`.base`), registered by name
-in :data:`BACKENDS`. Adding one: its module, registered with ``@BACKENDS.register(name)``, plus its line
-below (or ``--import`` of the module for one of your own): ``docs/backends.md``."""
+"""Inference backends: what runs a benchmark's requests (:mod:`.base`: ``GenerationRequest``,
+``NLLRequest`` and their results) on a loaded model or against a server, each a :class:`BaseBackend`
+registered by name in :data:`BACKENDS`. Benchmarks, the runner and the tools reach a model only through
+one.
+
+This module imports the shipped backends (``hf``, ``vllm``, ``openai``) so that they register, re-exports
+the request and backend types, gives ``BACKEND_NAMES`` (the names registered when it is read: a backend of
+one's own too, once ``--import`` loaded its module) and :func:`create_backend` (a backend on a loaded
+model). Beside the backends the package holds what they share (``rounds``: batched rounds of requests,
+``plans``, ``text``, ``rope_config``), the Hugging Face patch (``hf_patch``) and the vLLM backend's other
+modules (``vllm_*``: its worker, plugin, attention backend, cache sizing, ``lampe-eval serve``). Adding a
+backend: its module registered with ``@BACKENDS.register(name)``, and for a shipped one its name in the
+tuple below (``docs/backends.md``).
+"""
 
 from __future__ import annotations
 

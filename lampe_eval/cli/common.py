@@ -1,10 +1,12 @@
-"""What every command shares: the consoles, one-line errors and ``key=value`` parsing."""
+"""What every command shares: the consoles, one-line errors, ``key=value`` parsing and the request fields
+every tool shares."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Mapping, Sequence
-from typing import NoReturn
+from pathlib import Path
+from typing import Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -56,3 +58,28 @@ def parse_key_values(values: list[str] | None, what: str) -> dict[str, str]:
 def command_line(name: str) -> str:
     """This process's command line when it runs the command ``name`` (recorded with a fit), else ''."""
     return " ".join(["lampe-eval", *sys.argv[1:]]) if sys.argv[1:2] == [name] else ""
+
+
+def tool_request_fields(
+    command: str,
+    *,
+    opt: list[str] | None,
+    out: Path,
+    config: Path | None,
+    write: bool,
+    device: str | None,
+    dtype: str | None,
+    backend: str,
+) -> dict[str, Any]:
+    """The fields every tool's request shares (:class:`~lampe_eval.tools.common.ToolRequest`) from the
+    options every tool command takes; ``command`` names the command whose command line is recorded."""
+    return {
+        "options": parse_key_values(opt, "--opt"),
+        "out": out,
+        "config": config,
+        "write": write,
+        "device": device,
+        "dtype": dtype,
+        "backend": backend,
+        "command": command_line(command),
+    }

@@ -11,14 +11,14 @@ import typer
 from ..errors import LampeEvalError
 from ..lengths import parse_lengths
 from ..options import split_list
-from .common import command_line, console, fail, parse_key_values
+from .common import console, fail, tool_request_fields
 from .params import (
     BackendName,
     Device,
     Dtype,
     ModelName,
-    config_option,
     length_option,
+    method_config_option,
     opt_option,
     out_option,
     write_option,
@@ -56,10 +56,7 @@ def dpe_select_command(
     out: Annotated[Path, out_option("Probes (resumable) and key-dimension files.")] = Path(
         "results/dpe-select"
     ),
-    config: Annotated[
-        Path | None,
-        config_option("Config to write (default: $LAMPE_EVAL_HOME/method_configs/dpe-MODEL.yaml)."),
-    ] = None,
+    config: Annotated[Path | None, method_config_option("dpe")] = None,
     write: Annotated[bool, write_option("Write the config.")] = True,
     device: Device = None,
     dtype: Dtype = None,
@@ -88,14 +85,16 @@ def dpe_select_command(
             dim_samples=dim_samples,
             topk=topk,
             dimensions=dimensions,
-            options=parse_key_values(opt, "--opt"),
-            out=out,
-            config=config,
-            write=write,
-            device=device,
-            dtype=dtype,
-            backend=backend,
-            command=command_line("dpe-select"),
+            **tool_request_fields(
+                "dpe-select",
+                opt=opt,
+                out=out,
+                config=config,
+                write=write,
+                device=device,
+                dtype=dtype,
+                backend=backend,
+            ),
         )
         request.check(None)
         run_select(request, echo=lambda line: console.print(line, highlight=False))

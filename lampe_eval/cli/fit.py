@@ -10,15 +10,15 @@ import typer
 
 from ..errors import LampeEvalError
 from ..lengths import parse_lengths
-from .common import command_line, console, fail, parse_key_values, say_error, say_failures
+from .common import console, fail, parse_key_values, say_error, say_failures, tool_request_fields
 from .params import (
     BackendName,
     Device,
     Dtype,
     ModelName,
     Progress,
-    config_option,
     length_option,
+    method_config_option,
     opt_option,
     out_option,
     param_option,
@@ -52,10 +52,7 @@ def fit_command(
     out: Annotated[Path, out_option("Results directory of the sweep (resumable) and the plot.")] = Path(
         "results/fit"
     ),
-    config: Annotated[
-        Path | None,
-        config_option("Config to write (default: $LAMPE_EVAL_HOME/method_configs/lampe-MODEL.yaml)."),
-    ] = None,
+    config: Annotated[Path | None, method_config_option("lampe")] = None,
     write: Annotated[bool, write_option("Write the fitted config.")] = True,
     device: Device = None,
     dtype: Dtype = None,
@@ -89,15 +86,17 @@ def fit_command(
             grid=parse_lengths(grid) if grid else None,
             passages=passages,
             params=parse_key_values(param, "--param"),
-            options=parse_key_values(opt, "--opt"),
             fixed_L=fixed_L,
-            out=out,
-            config=config,
-            write=write,
-            device=device,
-            dtype=dtype,
-            backend=backend,
-            command=command_line("fit"),
+            **tool_request_fields(
+                "fit",
+                opt=opt,
+                out=out,
+                config=config,
+                write=write,
+                device=device,
+                dtype=dtype,
+                backend=backend,
+            ),
         )
         outcome = run_fit(request, progress=start, echo=lambda line: console.print(line, highlight=False))
     except KeyboardInterrupt:

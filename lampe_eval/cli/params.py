@@ -120,17 +120,23 @@ def out_option(help: str) -> OptionInfo:
     return typer.Option("--out", "-o", help=help)
 
 
-def config_option(help: str) -> OptionInfo:
-    return typer.Option(help=help)
-
-
-def write_option(help: str) -> OptionInfo:
-    return typer.Option("--write/--no-write", help=help)
-
-
 # ------------------------------------------------------------------ options declared the same everywhere
 ModelName = Annotated[str, model_option()]
 Device = Annotated[str | None, typer.Option(help="cpu, cuda, cuda:1 (default: cuda if available).")]
 Dtype = Annotated[str | None, typer.Option(help="auto (bf16 on CUDA, fp32 on CPU), fp32, bf16, fp16.")]
 Progress = Annotated[bool, typer.Option("--progress/--no-progress", help="Live progress bars.")]
 BackendName = Annotated[str, typer.Option("--backend", help="Inference backend: {backends}.")]
+
+
+# ------------------------------------------------------------ the tools' own options (fit, dpe-select)
+# With --opt, --out, --device, --dtype and --backend they fill the fields every tool request shares
+# (lampe_eval.tools.common.ToolRequest; cli.common.tool_request_fields).
+def method_config_option(method: str) -> OptionInfo:
+    """``--config``: the file a tool writes ``method``'s settings for the model to."""
+    return typer.Option(
+        help=f"Config to write (default: $LAMPE_EVAL_HOME/method_configs/{method}-MODEL.yaml)."
+    )
+
+
+def write_option(help: str) -> OptionInfo:
+    return typer.Option("--write/--no-write", help=help)

@@ -57,10 +57,6 @@ class EffectiveLength:
     threshold: float
 
     @property
-    def below_all(self) -> bool:
-        return self.length is None
-
-    @property
     def at_longest(self) -> bool:
         return self.length is not None and self.length == self.tested[-1]
 

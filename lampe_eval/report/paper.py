@@ -140,6 +140,47 @@ def _pick_variant(
     return None, ""
 
 
+_ScoreIndex = dict[tuple[str, Variant, str, str, int], TaskScore]  # (model, variant, benchmark, task, length)
+
+
+@dataclass(frozen=True)
+class _Results:
+    """Our task results, found by cell, and the variants each model ran."""
+
+    by_cell: _ScoreIndex
+    variants_of: dict[str, set[Variant]]
+
+    @classmethod
+    def of(cls, scores: list[TaskScore]) -> _Results:
+        variants_of: dict[str, set[Variant]] = {}
+        for s in scores:
+            variants_of.setdefault(s.model, set()).add(s.variant)
+        return cls({(s.model, s.variant, s.benchmark, s.task, s.length): s for s in scores}, variants_of)
+
+
+@dataclass(frozen=True)
+class _Setting:
+    """What every cell of one paper table is compared with, and how."""
+
+    spec: dict[str, Any]
+    metric: Metric
+    results: _Results
+    as_model: str | None
+    as_length: int | None
+    bootstrap: Bootstrap | None
+
+
+@dataclass(frozen=True)
+class _Ours:
+    """Our side of one cell: the value, its resamples (with a bootstrap), the task results behind it and
+    the length they were read at (none for an average of columns)."""
+
+    value: float | None
+    resampled: Resampled | None = None
+    parts: tuple[TaskScore, ...] = ()
+    length: int | None = None
+
+
 def compare(
     spec: dict[str, Any],
     scores: list[TaskScore],
@@ -153,89 +194,122 @@ def compare(
     (smoke runs of the pipeline on a small model at a short length). ``bootstrap``: each cell also shows
     our interval and whether the paper's number falls inside it.
     """
-    index: dict[tuple[str, Variant, str, str, int], TaskScore] = {
-        (s.model, s.variant, s.benchmark, s.task, s.length): s for s in scores
+    setting = _Setting(spec, spec_metric(spec), _Results.of(scores), as_model, as_length, bootstrap)
+    return [_compare_block(setting, block) for block in spec["blocks"]]
+
+
+def _compare_block(setting: _Setting, block: dict[str, Any]) -> Comparison:
+    """One block's table (a row per paper row, the notes on ambiguous variants) and its CSV rows."""
+    spec = setting.spec
+    model = setting.as_model or block["model"]
+    notes: list[str] = []
+    table_rows: list[tuple[str, list[Cell]]] = []
+    long_rows: list[dict[str, Any]] = []
+    for row in block["rows"]:
+        variant, note = _pick_variant(
+            setting.results.variants_of.get(model, set()), row["method"], row.get("params")
+        )
+        if note:
+            notes.append(note)
+        cells, row_long = _compare_row(setting, block, model, row, variant)
+        table_rows.append((row["label"], cells))
+        long_rows.extend(row_long)
+    table = Table(
+        key=slug("paper", spec["name"], block["model"], str(block.get("label", ""))),
+        title=_block_title(setting, block),
+        columns=[c["label"] for c in spec["columns"]],
+        rows=table_rows,
+        metric=setting.metric,
+        groups=[tuple(g) for g in spec.get("groups") or []],
+        notes=[_legend(spec, setting.bootstrap)] + sorted(set(notes)),
+        corner="paper row",
+    ).mark_best()
+    return Comparison(table, long_rows)
+
+
+def _block_title(setting: _Setting, block: dict[str, Any]) -> str:
+    """The table's title: the paper's, the block's model and label, and what we read instead if told."""
+    spec, as_model, as_length = setting.spec, setting.as_model, setting.as_length
+    title = f"{spec.get('title', spec['name'])} | {block['model']}"
+    if block.get("label"):
+        title += f" | {block['label']}"
+    if as_model or as_length:
+        ours_at = " at ".join(x for x in (as_model, as_length and format_length(as_length)) if x)
+        title += f" (ours: {ours_at})"
+    return title
+
+
+def _compare_row(
+    setting: _Setting, block: dict[str, Any], model: str, row: dict[str, Any], variant: Variant | None
+) -> tuple[list[Cell], list[dict[str, Any]]]:
+    """One paper row's cells, left to right (an average reads the columns before it), and CSV rows."""
+    where = {
+        "table": setting.spec["name"],
+        "block": block.get("label", ""),
+        "paper_model": block["model"],
+        "model": model,
+        "row": row["label"],
+        "method": row["method"],
+        "variant": variant.params if variant else "",
     }
-    variants_of: dict[str, set[Variant]] = {}
-    for s in scores:
-        variants_of.setdefault(s.model, set()).add(s.variant)
-    metric = spec_metric(spec)
-    columns = spec["columns"]
-    out: list[Comparison] = []
-    for block in spec["blocks"]:
-        model = as_model or block["model"]
-        notes: list[str] = []
-        table_rows: list[tuple[str, list[Cell]]] = []
-        long_rows: list[dict[str, Any]] = []
-        for row in block["rows"]:
-            variant, note = _pick_variant(variants_of.get(model, set()), row["method"], row.get("params"))
-            if note:
-                notes.append(note)
-            ours_by_label: dict[str, float | None] = {}
-            resampled_by_label: dict[str, Resampled | None] = {}
-            cells: list[Cell] = []
-            for column, raw in zip(columns, row["values"], strict=True):
-                length = None
-                parts: list[TaskScore] = []
-                if "average" in column:
-                    ours = _average([ours_by_label.get(label) for label in column["average"]], metric)
-                    averaged = [resampled_by_label.get(label) for label in column["average"]]
-                    resampled = (
-                        Resampled.mean_of([r for r in averaged if r is not None])
-                        if ours is not None and averaged and None not in averaged
-                        else None
-                    )
-                else:
-                    length = as_length or parse_length(cell_length_text(row, column))
-                    parts = _column_parts(index, model, variant, column, length)
-                    ours = mean([p.metrics.get(metric.name, p.score) for p in parts]) if parts else None
-                    resampled = bootstrap.cell(parts, metric.name) if bootstrap and parts else None
-                ours_by_label[column["label"]] = ours
-                resampled_by_label[column["label"]] = resampled
-                interval = bootstrap.interval(resampled) if bootstrap else None
-                paper = paper_value(raw)
-                diff = _difference(ours, paper, metric)
-                inside = interval.contains(paper) if interval and paper is not None else None
-                text = _cell_text(ours, paper, diff, metric, interval, inside)
-                cells.append(Cell(ours, text, parts=tuple(parts), interval=interval, reference=paper))
-                long_rows.append(
-                    {
-                        "table": spec["name"],
-                        "block": block.get("label", ""),
-                        "paper_model": block["model"],
-                        "model": model,
-                        "row": row["label"],
-                        "method": row["method"],
-                        "variant": variant.params if variant else "",
-                        "length": length or "",
-                        "column": column["label"],
-                        "ours": "" if ours is None else ours,
-                        "paper": "" if paper is None else (raw if isinstance(raw, str) else paper),
-                        "diff": "" if diff is None else round(diff, 4),
-                        "ours_ci_low": "" if interval is None else interval.low,
-                        "ours_ci_high": "" if interval is None else interval.high,
-                        "paper_in_ci": "" if inside is None else str(inside).lower(),
-                    }
-                )
-            table_rows.append((row["label"], cells))
-        title = f"{spec.get('title', spec['name'])} | {block['model']}"
-        if block.get("label"):
-            title += f" | {block['label']}"
-        if as_model or as_length:
-            ours_at = " at ".join(x for x in (as_model, as_length and format_length(as_length)) if x)
-            title += f" (ours: {ours_at})"
-        table = Table(
-            key=slug("paper", spec["name"], block["model"], str(block.get("label", ""))),
-            title=title,
-            columns=[c["label"] for c in columns],
-            rows=table_rows,
-            metric=metric,
-            groups=[tuple(g) for g in spec.get("groups") or []],
-            notes=[_legend(spec, bootstrap)] + sorted(set(notes)),
-            corner="paper row",
-        ).mark_best()
-        out.append(Comparison(table, long_rows))
-    return out
+    ours_by_label: dict[str, _Ours] = {}
+    cells: list[Cell] = []
+    long_rows: list[dict[str, Any]] = []
+    for column, raw in zip(setting.spec["columns"], row["values"], strict=True):
+        if "average" in column:
+            ours = _ours_averaged(column, ours_by_label, setting.metric)
+        else:
+            ours = _ours_measured(setting, model, variant, row, column)
+        ours_by_label[column["label"]] = ours
+        cell, fields = _compare_cell(setting, ours, raw)
+        cells.append(cell)
+        long_rows.append({**where, "length": ours.length or "", "column": column["label"], **fields})
+    return cells, long_rows
+
+
+def _compare_cell(setting: _Setting, ours: _Ours, raw: Any) -> tuple[Cell, dict[str, Any]]:
+    """One cell, ours next to the paper's ``raw`` value (and our interval, with a bootstrap), and its
+    CSV fields."""
+    metric = setting.metric
+    interval = setting.bootstrap.interval(ours.resampled) if setting.bootstrap else None
+    paper = paper_value(raw)
+    diff = _difference(ours.value, paper, metric)
+    inside = interval.contains(paper) if interval and paper is not None else None
+    text = _cell_text(ours.value, paper, diff, metric, interval, inside)
+    cell = Cell(ours.value, text, parts=ours.parts, interval=interval, reference=paper)
+    return cell, {
+        "ours": "" if ours.value is None else ours.value,
+        "paper": "" if paper is None else (raw if isinstance(raw, str) else paper),
+        "diff": "" if diff is None else round(diff, 4),
+        "ours_ci_low": "" if interval is None else interval.low,
+        "ours_ci_high": "" if interval is None else interval.high,
+        "paper_in_ci": "" if inside is None else str(inside).lower(),
+    }
+
+
+def _ours_measured(
+    setting: _Setting, model: str, variant: Variant | None, row: dict[str, Any], column: dict[str, Any]
+) -> _Ours:
+    """A column of tasks: the mean of our task results at the cell's length (none unless all ran)."""
+    length = setting.as_length or parse_length(cell_length_text(row, column))
+    parts = _column_parts(setting.results.by_cell, model, variant, column, length)
+    if not parts:
+        return _Ours(None, length=length)
+    metric, bootstrap = setting.metric, setting.bootstrap
+    value = mean([p.metrics.get(metric.name, p.score) for p in parts])
+    resampled = bootstrap.cell(parts, metric.name) if bootstrap else None
+    return _Ours(value, resampled, tuple(parts), length)
+
+
+def _ours_averaged(column: dict[str, Any], ours_by_label: dict[str, _Ours], metric: Metric) -> _Ours:
+    """A column averaging other columns of the row (those not yet read count as missing); resampled
+    when every one of them was."""
+    averaged = [ours_by_label.get(label, _Ours(None)) for label in column["average"]]
+    value = _average([ours.value for ours in averaged], metric)
+    resamples = [ours.resampled for ours in averaged if ours.resampled is not None]
+    if value is None or len(resamples) < len(averaged):
+        return _Ours(value)
+    return _Ours(value, Resampled.mean_of(resamples))
 
 
 def _comparable(value: float | None, metric: Metric) -> bool:
@@ -259,7 +333,7 @@ def _average(parts: list[float | None], metric: Metric) -> float | None:
 
 
 def _column_parts(
-    index: dict[tuple[str, Variant, str, str, int], TaskScore],
+    index: _ScoreIndex,
     model: str,
     variant: Variant | None,
     column: dict[str, Any],

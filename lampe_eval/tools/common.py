@@ -1,6 +1,7 @@
-"""What the tools share: the model loaded once as the runner's worker loads it, their probes built into an
-experiment (:meth:`~lampe_eval.runner.experiment.ExperimentSpec.build`) that runs on that model, and their
-records read back from the store."""
+"""What the tools share: the request fields every tool takes (:class:`ToolRequest`), the model loaded once
+as the runner's worker loads it, their probes built into an experiment
+(:meth:`~lampe_eval.runner.experiment.ExperimentSpec.build`) that runs on that model, and their records read
+back from the store."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import dataclasses
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, TypeVar
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..records import SampleRecord
 from ..runner.experiment import RunSettings
@@ -20,6 +23,31 @@ if TYPE_CHECKING:
     from ..runner.jobs import Job
 
 Point = TypeVar("Point")
+
+
+@dataclass(kw_only=True)
+class ToolRequest:
+    """The fields every tool's request shares (``lampe-eval fit``, ``lampe-eval dpe-select``): keyword
+    only, after the tool's own. A tool gives ``out`` its own default
+    (``out: Path = field(default=..., kw_only=True)``)."""
+
+    options: dict[str, Any] = field(default_factory=dict)  # the probed benchmark's options (--opt)
+    out: Path  # the results store of the tool's jobs (resumable) and its side files
+    config: Path | None = None  # the method config to write; default: :meth:`config_target`'s
+    write: bool = True  # write the method config
+    device: str | None = None
+    dtype: str | None = None
+    backend: str = "hf"  # the inference backend of the tool's jobs (lampe_eval.backends)
+    command: str = ""  # the command line, recorded in the config
+
+    def settings(self) -> RunSettings:
+        return RunSettings(device=self.device, dtype=self.dtype, backend=self.backend)
+
+    def config_target(self, method: str, model: str) -> Path:
+        """Where the config goes: ``--config``, else ``method``'s config of ``model`` in the user's home."""
+        from ..method_configs import config_path
+
+        return self.config or config_path(method, model)
 
 
 def load_backend(model: str, settings: RunSettings) -> Backend:

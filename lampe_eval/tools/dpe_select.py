@@ -40,7 +40,7 @@ import torch
 from ..errors import LampeEvalError
 from ..lengths import format_length
 from ..runner.experiment import ExperimentSpec, GridSpec, RunSettings
-from .common import job_records, load_backend, on_model, resolve_jobs, short_hash
+from .common import ToolRequest, job_records, load_backend, on_model, resolve_jobs, short_hash
 
 if TYPE_CHECKING:
     from ..backends import Backend
@@ -240,8 +240,10 @@ class DimensionSelection:
 
 # ------------------------------------------------------------------------------------ the request
 @dataclass
-class SelectRequest:
-    """What ``lampe-eval dpe-select`` was asked; :meth:`check` raises one-line errors before any load."""
+class SelectRequest(ToolRequest):
+    """What ``lampe-eval dpe-select`` was asked; :meth:`check` raises one-line errors before any load.
+    ``options`` are RULER's (essay=..., essay_file=...), the shared fields are
+    :class:`~lampe_eval.tools.common.ToolRequest`'s."""
 
     model: str = "smollm2-135m"
     length: int | None = None  # test length (TEST_MAX_LENGTH); default 2 x the pretraining window
@@ -257,17 +259,7 @@ class SelectRequest:
     dim_samples: int = 2
     topk: int | None = None  # default: 3/4 of the frequencies (48 of 64)
     dimensions: bool = True
-    options: dict[str, Any] = field(default_factory=dict)  # RULER options (essay=..., essay_file=...)
-    out: Path = Path("results/dpe-select")
-    config: Path | None = None
-    write: bool = True
-    device: str | None = None
-    dtype: str | None = None
-    backend: str = "hf"  # the inference backend of the probes (lampe_eval.backends)
-    command: str = ""
-
-    def settings(self) -> RunSettings:
-        return RunSettings(device=self.device, dtype=self.dtype, backend=self.backend)
+    out: Path = field(default=Path("results/dpe-select"), kw_only=True)
 
     def check_run(self) -> None:
         """What the tools set themselves and what the backend cannot do: one line each, before any load."""
@@ -491,7 +483,6 @@ def run_select(request: SelectRequest, *, echo: Callable[[str], None] = print) -
     """Both steps on one loaded model; the probes are ordinary jobs whose records are kept in ``out`` (a
     rerun with the same settings measures only what is missing). Inputs are checked before the model
     loads."""
-    from ..method_configs import config_path
     from ..models import known_window, resolve_source
     from ..runner.experiment import check_settings, prepare_output
 
@@ -531,8 +522,7 @@ def run_select(request: SelectRequest, *, echo: Callable[[str], None] = print) -
     for line in summary_lines(report):
         echo(line)
     if request.write:
-        target = request.config or config_path("dpe", lm.name)
-        files.append(write_config(target, report, request))
+        files.append(write_config(request.config_target("dpe", lm.name), report, request))
         echo(f"config -> {files[-1]}")
     return SelectOutcome(report, files)
 

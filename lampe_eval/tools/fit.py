@@ -30,7 +30,7 @@ from ..errors import LampeEvalError
 from ..lengths import format_length
 from ..runner.experiment import Experiment, ExperimentSpec, GridSpec, RunSettings
 from ..runner.store import ResultStore
-from .common import job_records, load_backend, on_model, resolve_jobs, short_hash
+from .common import ToolRequest, job_records, load_backend, on_model, resolve_jobs, short_hash
 
 if TYPE_CHECKING:
     from ..runner.events import Event
@@ -198,8 +198,9 @@ def fit_sigmoid(
 
 # ---------------------------------------------------------------------------------------------- sweep
 @dataclass
-class FitRequest:
-    """What ``lampe-eval fit`` was asked (parameters and options as text or YAML data; checked here)."""
+class FitRequest(ToolRequest):
+    """What ``lampe-eval fit`` was asked (parameters and options as text or YAML data; checked here);
+    ``options`` are PG-19's, the shared fields are :class:`~lampe_eval.tools.common.ToolRequest`'s."""
 
     model: str
     lengths: list[int] | None = None  # default: 1, 1.5, 2 and 3 x the window
@@ -207,18 +208,8 @@ class FitRequest:
     grid: list[int] | None = None  # explicit mapping lengths (overrides points)
     passages: int = 1
     params: dict[str, Any] = field(default_factory=dict)  # other LaMPE parameters
-    options: dict[str, Any] = field(default_factory=dict)  # PG-19 options
     fixed_L: float | None = None
-    out: Path = Path("results/fit")
-    config: Path | None = None
-    write: bool = True
-    device: str | None = None
-    dtype: str | None = None
-    backend: str = "hf"  # the inference backend of the sweep (lampe_eval.backends)
-    command: str = ""
-
-    def settings(self) -> RunSettings:
-        return RunSettings(device=self.device, dtype=self.dtype, backend=self.backend)
+    out: Path = field(default=Path("results/fit"), kw_only=True)
 
     def sweep(self) -> Sweep:
         """The sweep's identity, its parameters and PG-19 options checked and typed (one line each)."""
@@ -380,15 +371,12 @@ def write_outputs(
     request: FitRequest, report: FitReport, extra: dict[str, Any], out: Path, echo: Callable[[str], None]
 ) -> list[Path]:
     """The summary lines, the plot and (unless ``--no-write``) the config."""
-    from ..method_configs import config_path
-
     for line in summary_lines(report):
         echo(line)
     files = [plot(report, out / f"lampe-{Path(request.model).name}.png")]
     echo(f"plot -> {files[-1]}")
     if request.write:
-        target = request.config or config_path("lampe", request.model)
-        files.append(write_config(target, report, extra))
+        files.append(write_config(request.config_target("lampe", request.model), report, extra))
         echo(f"config -> {files[-1]}")
     return files
 
