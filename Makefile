@@ -56,10 +56,10 @@ test-fast: setup
 	$(BIN)/pytest -q -m "not slow"
 
 lint: setup
-	$(BIN)/ruff check lampe_eval tests benchmarks
-	$(BIN)/ruff format --check lampe_eval tests benchmarks
+	$(BIN)/ruff check lampe_eval tests perf
+	$(BIN)/ruff format --check lampe_eval tests perf
 
-# mypy over the package (configuration and scope in pyproject.toml)
+# mypy over the package and the perf/ scripts (configuration and scope in pyproject.toml)
 typecheck: setup
 	$(BIN)/mypy
 
@@ -78,18 +78,23 @@ demo: setup
 # backends (backend_throughput.py: HF batch 1, HF batched, vLLM; docs/vllm.md), then --backend openai against
 # a local lampe-eval serve on the decode-heavy workload (docs/serving.md).
 bench: setup
-	$(BIN)/python benchmarks/attention_speed.py
-	$(BIN)/python benchmarks/decode_speed.py
-	$(BIN)/python benchmarks/backend_throughput.py
-	$(BIN)/python benchmarks/backend_throughput.py --workloads decode --backends vllm,openai --repeats 2
+	$(BIN)/python perf/attention_speed.py
+	$(BIN)/python perf/decode_speed.py
+	$(BIN)/python perf/backend_throughput.py
+	$(BIN)/python perf/backend_throughput.py --workloads decode --backends vllm,openai --repeats 2
 
 # The GPU path in one command: (a) every method's attention vs the portable path and the dense oracle,
 # (b) patched vs unpatched logits, (c) prefill/decode time vs plain FlashAttention at 32K and 128K
 # (8B-shaped layer), (d) peak GPU memory, (e) a whole random 8B-shaped model, (f) the unpatched kernel,
 # (g) the paged attention, (h) every model family, (i) a decode step's GPU time; exit 1 on a correctness
 # failure or a crash. Without CUDA it runs (a), (b) and (h) on CPU and says so. `pip install -e ".[gpu]"` adds flash-attn (optional) and accelerate.
-gpu-check: setup
-	$(BIN)/python benchmarks/gpu_check.py
+# No `setup`: a GPU machine often has no network to build the venv, so this runs the venv's python when
+# .venv exists, else $(PY) (the system's, with torch and transformers), with the checkout on PYTHONPATH.
+# Options: make gpu-check GPU_CHECK_ARGS="--skip c,e,f --repeats 3".
+GPU_PY         = $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PY))
+GPU_CHECK_ARGS ?=
+gpu-check:
+	PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(GPU_PY) perf/gpu_check.py $(GPU_CHECK_ARGS)
 
 # ------------------------------------------------------------------ reproducing the paper's tables
 # `make table-ppl` etc. run the paper's grid (the packaged experiment <target>; GPU, model weights from the

@@ -3,7 +3,7 @@ and the largest transient of a prefill (or of a loss pass), from the model's con
 
 Both backends size with it: the Hugging Face backend refuses a run whose estimate exceeds the device's
 memory before any model loads, the vLLM backend sizes its paged cache with :func:`kv_bytes_per_token`, and
-``lampe-eval run --dry-run`` prints the estimate. ``benchmarks/memory_estimate.py`` checks it against the
+``lampe-eval run --dry-run`` prints the estimate. ``perf/memory_estimate.py`` checks it against the
 allocator's peak measured by ``torch.profiler`` (docs/memory.md).
 
 The arithmetic, per sequence of ``n`` tokens in ``b`` bytes per element (docs/memory.md):
@@ -52,31 +52,26 @@ class ModelShape:
 
     @classmethod
     def from_config(cls, name: str, config: Any, parameters: float | None = None) -> ModelShape:
-        """The shape of a transformers config; ``parameters`` None: counted on the meta device."""
-        from .families.base import full_attention_layers, text_config
-        from .models import head_counts
+        """The shape of a transformers config (:class:`~lampe_eval.model_facts.ModelFacts`); ``parameters``
+        None: counted on the meta device."""
+        from .model_facts import ModelFacts
 
-        config = text_config(config)
-        heads, key_heads = head_counts(config)
-        layers = int(config.num_hidden_layers)
-        window = int(getattr(config, "sliding_window", None) or 0)
-        local = layers - len(full_attention_layers(config)) if window else 0
-        head_dim = int(getattr(config, "head_dim", None) or int(config.hidden_size) // heads)
-        hidden = int(config.hidden_size)
-        intermediate = int(getattr(config, "intermediate_size", None) or 4 * hidden)
+        facts = ModelFacts.from_config(config)
+        if not (facts.layers and facts.hidden and facts.head_dim):
+            raise ValueError(f"{name}: the config gives no layers, hidden size or heads")
         return cls(
             name=name,
-            layers=layers,
-            key_heads=key_heads,
-            head_dim=head_dim,
-            parameters=count_parameters(config) if parameters is None else parameters,
-            heads=heads,
-            hidden=hidden,
-            intermediate=intermediate,
-            vocab=int(getattr(config, "vocab_size", 0) or 0),
-            soft_capped=bool(getattr(config, "attn_logit_softcapping", None)),
-            local_layers=local,
-            local_window=window if local else 0,
+            layers=facts.layers,
+            key_heads=facts.kv_heads,
+            head_dim=facts.head_dim,
+            parameters=count_parameters(facts.text) if parameters is None else parameters,
+            heads=facts.heads,
+            hidden=facts.hidden,
+            intermediate=facts.intermediate or 4 * facts.hidden,
+            vocab=facts.vocab,
+            soft_capped=facts.soft_capped,
+            local_layers=facts.local_layers,
+            local_window=facts.sliding_window if facts.local_layers else 0,
         )
 
     @property

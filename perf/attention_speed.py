@@ -5,7 +5,7 @@ One layer's attention (prefill), head_dim 64, 9 query / 3 KV heads (SmolLM2's sh
 every segment of every method is non-empty. Each (method, length) runs in a fresh subprocess: its
 peak resident memory above the inputs is the method's working memory.
 
-    python benchmarks/attention_speed.py [--lengths 4096,8192,16384] [--repeats 3] [--methods ...]
+    python perf/attention_speed.py [--lengths 4096,8192,16384] [--repeats 3] [--methods ...]
 
 On a shared machine, ``--threads 1 --clock cpu`` times the process's CPU time on one thread instead, and
 ``--rounds N`` runs the whole method list N times, interleaved: each round's ratios are to that round's SDPA

@@ -2,11 +2,12 @@
 greedy tokens equal the HF backend's, and the largest difference of their prompt log-probabilities (fp32,
 one KJV prompt). The CI tests check the same on random models (tests/test_vllm*.py); this runs a real
 checkpoint, e.g. Gemma 3 270M, whose local layers keep vLLM's own attention (docs/model-families.md).
-``--random-family NAME`` instead saves a random two-layer model of ``lampe_eval.models.FAMILY_EXAMPLES[NAME]``
-(SmolLM2's vocabulary, head dim 64, weights drawn as the tests draw them) and compares on it: with
-``--methods rope`` it shows whether vLLM's own model for a family gives transformers' outputs at all.
+``--random-family NAME`` instead saves a random two-layer model of
+``lampe_eval.testing.FAMILY_EXAMPLES[NAME]`` (SmolLM2's vocabulary, head dim 64, weights drawn as the tests
+draw them) and compares on it: with ``--methods rope`` it shows whether vLLM's own model for a family gives
+transformers' outputs at all.
 
-    python benchmarks/backend_agreement.py [--model gemma3-270m | --random-family olmo2] [--window 1024]
+    python perf/backend_agreement.py [--model gemma3-270m | --random-family olmo2] [--window 1024]
         [--prompt 1600] [--new-tokens 16] [--methods rope,lampe,selfextend,yarn]
 """
 
@@ -19,7 +20,8 @@ import tempfile
 
 def save_random_family(name: str, window: int, where: str) -> str:
     """A random two-layer model of family example ``name`` with SmolLM2's tokenizer, saved in ``where``."""
-    from lampe_eval.models import load_tokenizer, save_random_checkpoint, tiny_family
+    from lampe_eval.models import load_tokenizer
+    from lampe_eval.testing import save_random_checkpoint, tiny_family
 
     tokenizer = load_tokenizer("smollm2-135m").tokenizer
     net = tiny_family(name, vary_norms=False, head_dim=64, window=window, vocab=len(tokenizer))

@@ -17,7 +17,7 @@ of ``--backends`` (HF batch 1 by default), and so are the greedy tokens (a diffe
 range), since one run of a shared machine can be 20 % slow; a comment line gives each method's time over
 the first method's on each backend.
 
-    python benchmarks/backend_throughput.py [--workloads decode,longbench,mixed] [--methods rope,lampe]
+    python perf/backend_throughput.py [--workloads decode,longbench,mixed] [--methods rope,lampe]
         [--prompts 16] [--new-tokens 128] [--batch-size 16] [--backends hf1,hfn,vllm,openai] [--repeats 1]
 """
 
@@ -159,6 +159,7 @@ def main() -> None:
                 for key in args.backends.split(","):
                     label, backend = backends[key]
                     backend = clients[name] if key == "openai" else backend
+                    assert backend is not None  # "openai": the client of the server started above
                     with backend.install(methods[name]):
                         if backend is vllm:  # a method keeping other key copies starts it again: not timed
                             vllm.start(length + args.new_tokens)

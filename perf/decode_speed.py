@@ -8,7 +8,7 @@ new token (prefill + 1 token), decode = (time for N tokens - time for 1) / (N - 
 those the patched attention holds after the last step (rotated key copies included), against the plain
 cache (keys + values) of the unpatched model at the same length.
 
-    python benchmarks/decode_speed.py [--lens 4k,16k] [--methods rope,lampe,...] [--new-tokens 32]
+    python perf/decode_speed.py [--lens 4k,16k] [--methods rope,lampe,...] [--new-tokens 32]
 
 A method may carry parameters: ``lampe:remap_each_step=true``.
 """

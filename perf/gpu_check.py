@@ -23,14 +23,15 @@
 It prints one table and exits 1 when (a), (b), (g) or (h) fails, or a part crashes. Without CUDA it says
 so, runs (a), (b) (smaller shapes, fp32) and (h) on CPU and exits 0 when they pass.
 
-    python benchmarks/gpu_check.py [--lengths 32k,128k] [--check-length 4096] [--repeats 3]
-                                   [--model-layers 4] [--model-methods rope,lampe,...]
+    python perf/gpu_check.py [--lengths 32k,128k] [--check-length 4096] [--repeats 3]
+                             [--model-layers 4] [--model-methods rope,lampe,...]
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import sys
 import tempfile
 import time
@@ -39,7 +40,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -55,8 +56,11 @@ from lampe_eval.lengths import parse_length
 from lampe_eval.memory import GIB
 from lampe_eval.methods import METHODS, RopeBase, create_method
 from lampe_eval.methods.resolve import resolve_method
-from lampe_eval.models import FAMILY_EXAMPLES, LoadedModel, shaped_config, tiny_family, tiny_llama
+from lampe_eval.models import LoadedModel
 from lampe_eval.settings import RunSettings
+from lampe_eval.testing import FAMILY_EXAMPLES, shaped_config, tiny_family, tiny_llama
+
+T = TypeVar("T")
 
 # the official 8B shape (Llama-3-8B): 32 query heads, 8 KV heads, head_dim 128, 8K window
 HQ, HKV, DIM, WINDOW = 32, 8, 128, 8192
@@ -258,16 +262,17 @@ def measure_speed(
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
             before = torch.cuda.memory_allocated()
-        prefill_s = best_time(lambda plan=plan: segmented_attention(q, k, v, plan, 0, scale), repeats, device)
+        prefill_call = functools.partial(segmented_attention, q, k, v, plan, 0, scale)
+        prefill_s = best_time(prefill_call, repeats, device)
         if device == "cuda":
             row.cells[peak] = f"{(torch.cuda.max_memory_allocated() - before) / 2**20:.0f}"
         plan = method_for(name, shape.window, length).plan(base, length - 1, length)  # prompt + one token
         copies = [(c, 0) for c in plan.rotate_keys(k, 0)]  # the rotated key cache a generation keeps
-        decode_s = best_time(
-            lambda plan=plan, copies=copies: attend_rotated(q[:, :, -1:], copies, v, plan, length - 1, scale),
-            repeats,
-            device,
-        )
+
+        def decode_step(plan: Any = plan, copies: list = copies) -> torch.Tensor:
+            return attend_rotated(q[:, :, -1:], copies, v, plan, length - 1, scale)
+
+        decode_s = best_time(decode_step, repeats, device)
         _, counts = count(segmented_attention, q, k, v, plan, 0, scale)  # plan compiled: a warm layer
         row.cells[calls] = f"{counts.attention}/{counts.syncs}"
         row.cells[prefill] = f"{prefill_s * 1e3:.1f} ({prefill_s / flash_prefill_s:.2f}x)"
@@ -456,7 +461,7 @@ def random_backend(
         yield lm, HFBackend(lm), ids.to(device)
 
 
-def held(fn: Callable[[], object], device: str) -> tuple[object, int]:
+def held(fn: Callable[[], T], device: str) -> tuple[T, int]:
     """``fn()`` and the most bytes it held at once above what was allocated before it."""
     if device != "cuda":
         return peak_memory(fn)
@@ -515,12 +520,10 @@ def measure_model(
                 for _ in range(repeats):
                     clock = TokenClock()
                     start = time.perf_counter()
-                    _, used = held(
-                        lambda clock=clock, prompt=prompt: backend.generate_ids(
-                            prompt, length, new_tokens, new_tokens, set(), streamer=clock
-                        ),
-                        device,
+                    generate = functools.partial(
+                        backend.generate_ids, prompt, length, new_tokens, new_tokens, set(), streamer=clock
                     )
+                    _, used = held(generate, device)
                     prefill_s = min(prefill_s, clock.times[0] - start)
                     decode_s = min(decode_s, (clock.times[-1] - clock.times[0]) / (len(clock.times) - 1))
                     generation = max(generation, used)
@@ -880,7 +883,7 @@ def main(argv: list[str] | None = None) -> int:
     if run["c"]:
         part("c", each_length(lambda length: measure_speed(rows, length, args.repeats), lengths))
         for name in filter(None, args.profile.split(",")):
-            part("profile", lambda name=name: profile_prefill(name, max(lengths)))
+            part("profile", functools.partial(profile_prefill, name, max(lengths)))
     if cuda and args.profile_decode:
         decode_shape = ModelShapeArgs(layers=args.model_layers)
         names = args.profile_decode.split(",")

@@ -6,7 +6,7 @@ through the Hugging Face backend's ``generate``) and a PG-19-style loss pass ove
 profiler sees what is allocated after the model loaded, so the weights are left out of both columns; the
 estimate's part is its KV cache + prefill (generation) or its larger of prefill and loss (loss pass).
 
-    python benchmarks/memory_estimate.py [--model smollm2-135m] [--methods rope,lampe] [--lens 4k,8k,16k]
+    python perf/memory_estimate.py [--model smollm2-135m] [--methods rope,lampe] [--lens 4k,8k,16k]
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Time and peak memory of one patched forward of the embedded SmolLM2 at a given length (CPU).
 
-    python benchmarks/model_forward.py --method lampe --len 16k
+    python perf/model_forward.py --method lampe --len 16k
 
 Runs the decoder only (no L x vocab logits) on real token ids (the tokenizer's vocabulary cycled),
 and prints the forward time and the process's peak resident memory.

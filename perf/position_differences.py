@@ -7,7 +7,7 @@ the official term nearest the paper's position; the other term is reported as an
 code's), so its "defaults" row compares two settings; with the same values the positions are equal.
 Printed as a Markdown table (docs/variants-smollm2.md quotes it):
 
-    python benchmarks/position_differences.py
+    python perf/position_differences.py
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def row_terms(method, window: int, length: int, row: int) -> tuple[np.ndarray, n
     """(positions [length, 2] sorted, NaN-padded; count of terms per key) for one prefill row."""
     plan = method.plan(rope_base(window), length, length)
     table = np.full((length, 2), np.nan)
-    count = np.zeros(length, dtype=np.int64)
+    count: np.ndarray = np.zeros(length, dtype=np.int64)
     for mask, pe in segment_pairs(plan, row, 1, length):
         keys = mask[0].nonzero()[:, 0].numpy()
         table[keys, count[keys]] = pe[0, keys].numpy()

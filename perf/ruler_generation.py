@@ -1,6 +1,6 @@
 """Time RULER sample generation alone (no model) with the embedded SmolLM2 tokenizer, per task and length.
 
-    python benchmarks/ruler_generation.py --len 1k,4k,16k,64k,128k --samples 5 [--show 300]
+    python perf/ruler_generation.py --len 1k,4k,16k,64k,128k --samples 5 [--show 300]
 
 Prints, per (task, length), the seconds to load the task's data (haystack text, QA data; once per
 process), for the first sample (it probes the haystack size) and the mean for the following ones (they

@@ -52,7 +52,7 @@ def save_random_model(
     """A random model of 2 layers, 4 query / 2 key heads of dim 64 (vLLM's CPU attention takes 64 and up)
     with ``tokenizer``'s vocabulary, saved with it in ``where``; weights and norms drawn so that no token
     is a near tie."""
-    from lampe_eval.models import save_random_checkpoint, tiny_llama
+    from lampe_eval.testing import save_random_checkpoint, tiny_llama
 
     net = tiny_llama(window=window, head_dim=64, vocab=len(tokenizer), model_type=model_type, **extra)
     return save_random_checkpoint(net, where, tokenizer, seed)

@@ -18,8 +18,9 @@ import torch
 from lampe_eval.backends import NLLRequest, Rounds, TokenNLL
 from lampe_eval.benchmarks import BENCHMARKS, Benchmark, Metric, Sample, SampleContext
 from lampe_eval.benchmarks.base import closed_book_option
-from lampe_eval.models import LoadedModel, tiny_llama
+from lampe_eval.models import LoadedModel
 from lampe_eval.options import Option
+from lampe_eval.testing import tiny_llama
 
 WINDOW = 64
 

@@ -18,7 +18,8 @@ from lampe_eval.benchmarks.babilong.config import load_config
 from lampe_eval.benchmarks.babilong.data import eligible, parse_babi
 from lampe_eval.benchmarks.base import SampleContext
 from lampe_eval.errors import LampeEvalError, MissingDataError
-from lampe_eval.models import LoadedModel, tiny_llama
+from lampe_eval.models import LoadedModel
+from lampe_eval.testing import tiny_llama
 
 QA1 = load_config().tasks["qa1"].labels
 BOOK = " ".join(

@@ -583,9 +583,10 @@ def test_transformers_is_never_asked_to_trust_the_code_even_past_the_check(tmp_p
     """Defence in depth: with the check gone, transformers gets trust_remote_code=False (never its
     interactive prompt) and its refusal is the same one line."""
     import lampe_eval.models
+    import lampe_eval.models.sources
     from lampe_eval.errors import UnsupportedModelError
 
-    monkeypatch.setattr(lampe_eval.models, "check_local_model", lambda *args, **kwargs: None)
+    monkeypatch.setattr(lampe_eval.models.sources, "check_local_model", lambda *args, **kwargs: None)
     model, marker = remote_code_model(tmp_path, in_tokenizer_config=True)
     with pytest.raises(UnsupportedModelError, match=r"asks to run its own code \(custom code\)"):
         getattr(lampe_eval.models, loader)(str(model))
@@ -593,7 +594,8 @@ def test_transformers_is_never_asked_to_trust_the_code_even_past_the_check(tmp_p
 
 
 def test_a_model_directory_without_auto_map_is_accepted(tmp_path):
-    from lampe_eval.models import known_window, resolve_source, tiny_llama
+    from lampe_eval.models import known_window, resolve_source
+    from lampe_eval.testing import tiny_llama
 
     tiny_llama(window=512).save_pretrained(tmp_path / "plain")
     (tmp_path / "plain" / "tokenizer_config.json").write_text('{"auto_map": {}}')  # empty: asks for nothing

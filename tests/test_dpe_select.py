@@ -15,7 +15,8 @@ from lampe_eval.cli import app
 from lampe_eval.errors import LampeEvalError
 from lampe_eval.method_configs import params_from_config
 from lampe_eval.methods import resolve_method
-from lampe_eval.models import LoadedModel, tiny_llama
+from lampe_eval.models import LoadedModel
+from lampe_eval.testing import tiny_llama
 from lampe_eval.tools.dpe_select import (
     DetectionGrid,
     DimensionSelection,

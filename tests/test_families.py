@@ -18,7 +18,7 @@ from lampe_eval.backends.rope_config import rope_base
 from lampe_eval.errors import UnsupportedModelError
 from lampe_eval.families import family_of_config
 from lampe_eval.methods import METHODS, create_method
-from lampe_eval.models import FAMILY_EXAMPLES, tiny_family, tiny_llama
+from lampe_eval.testing import FAMILY_EXAMPLES, tiny_family, tiny_llama
 
 WINDOW = 32
 LENGTH = 80  # 2.5x the window: every method's segments are active

@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 from lampe_eval.cli import app
 from lampe_eval.method_configs import params_from_config
 from lampe_eval.methods import create_method
-from lampe_eval.models import LoadedModel, tiny_llama
+from lampe_eval.models import LoadedModel
+from lampe_eval.testing import tiny_llama
 from lampe_eval.tools.fit import (
     PATTERN_DECREASING,
     PATTERN_INCREASING,

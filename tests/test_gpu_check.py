@@ -1,15 +1,14 @@
-"""``benchmarks/gpu_check.py`` (``make gpu-check``) on a machine without CUDA: (a) and (b) on CPU, exit 0;
+"""``perf/gpu_check.py`` (``make gpu-check``) on a machine without CUDA: (a) and (b) on CPU, exit 0;
 a wrong attention kernel makes it exit 1; part (c) runs through the emulated FlashAttention contract."""
 
-import importlib.util
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from lampe_eval.attention import kernels
 from lampe_eval.methods import METHODS
+from perf import gpu_check as gpu_check_module  # the top-level perf/ folder, a package
 
 from .kernel_contracts import FlashAttnEmulator
 from .test_kernels import fake_flash_attn
@@ -19,12 +18,7 @@ pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CP
 
 @pytest.fixture(scope="module")
 def gpu_check():
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_check.py"
-    spec = importlib.util.spec_from_file_location("gpu_check", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_check"] = module
-    spec.loader.exec_module(module)
-    return module
+    return gpu_check_module
 
 
 SMALL = ["--check-length", "64", "--model-length", "32", "--oracle-rows", "4", "--skip", "h"]

@@ -165,7 +165,7 @@ def test_one_remote_code_rule_for_the_first_and_every_later_run(hub_env: LocalHu
 # ------------------------------------------------------------------------ the runner: data before models
 def counting_loader(loads: list[str], tokenizer: Any) -> Any:
     """The run's ``load`` hook: a tiny random Llama with SmolLM2's tokenizer, each load counted."""
-    from lampe_eval.models import tiny_llama
+    from lampe_eval.testing import tiny_llama
 
     def load(name: str) -> LoadedModel:
         loads.append(name)

@@ -14,7 +14,7 @@ from lampe_eval.errors import LampeEvalError
 from lampe_eval.methods import METHODS, create_method
 from lampe_eval.methods.base import RopeBase
 from lampe_eval.methods.infoscale import infoscale_factor
-from lampe_eval.models import tiny_llama
+from lampe_eval.testing import tiny_llama
 
 WINDOW = 64
 HEAD_DIM = 16

@@ -17,7 +17,8 @@ from lampe_eval.benchmarks import longbench_v2 as v2
 from lampe_eval.benchmarks.base import Sample, SampleContext
 from lampe_eval.data import hub
 from lampe_eval.errors import LampeEvalError, MissingDataError
-from lampe_eval.models import LoadedModel, tiny_llama
+from lampe_eval.models import LoadedModel
+from lampe_eval.testing import tiny_llama
 from tests.fakebackend import ScriptedBackend
 
 RECORD = {

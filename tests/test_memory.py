@@ -15,7 +15,7 @@ from lampe_eval.backends.rope_config import rope_base
 from lampe_eval.cli import app
 from lampe_eval.memory import GIB, KeyRows, ModelShape, count_parameters, estimate, hf_key_rows
 from lampe_eval.methods.resolve import resolve_method
-from lampe_eval.models import tiny_family, tiny_llama
+from lampe_eval.testing import tiny_family, tiny_llama
 
 WINDOW = 512
 LENGTH = 2048  # 4 windows: every segment of every method is active

@@ -19,7 +19,7 @@ from lampe_eval.methods import RopeBase, create_method
 from lampe_eval.methods.longrope import yarn_ramp
 from lampe_eval.methods.mrrope import correction_range
 from lampe_eval.methods.selfextend import logistic_key_groups
-from lampe_eval.models import tiny_llama
+from lampe_eval.testing import tiny_llama
 
 # --- MrRoPE ------------------------------------------------------------------------------------------
 

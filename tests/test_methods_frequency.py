@@ -15,7 +15,7 @@ from lampe_eval.errors import LampeEvalError
 from lampe_eval.methods import METHODS, RopeBase, create_method
 from lampe_eval.methods.frequency import plain_frequencies
 from lampe_eval.methods.longrope import yarn_ramp
-from lampe_eval.models import tiny_llama
+from lampe_eval.testing import tiny_llama
 
 WINDOW, DIM, THETA = 64, 16, 10000.0
 LLAMA3 = {

@@ -449,7 +449,7 @@ def test_dca_official_decode_keeps_each_cached_key_at_the_factor_of_its_step():
     """variant=official generates as chunkllama_attn_replace.py does: prompt 100 tokens past a 64-token
     window, then 24 steps, each caching its key at its own factor 0.05 ln(kv / 64) + 1."""
     from lampe_eval.backends.hf_patch import apply_method, attention_layers, new_cache
-    from lampe_eval.models import tiny_llama
+    from lampe_eval.testing import tiny_llama
 
     window, prompt, steps = 64, 100, 24
     cs, lw = 48, 8  # replace_with_chunkllama(64): CS = 3/4 x 64, LW = 64 // 8
@@ -544,7 +544,7 @@ def test_ms_poe_generates_as_the_official_attention():
     import types
 
     from lampe_eval.backends.hf_patch import apply_method, attention_layers, new_cache
-    from lampe_eval.models import tiny_llama
+    from lampe_eval.testing import tiny_llama
 
     model = tiny_llama(window=64, layers=3, heads=4, kv_heads=2, head_dim=16)
     for layer in attention_layers(model):

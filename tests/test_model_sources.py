@@ -13,6 +13,7 @@ import pytest
 
 import lampe_eval.models as models
 from lampe_eval.errors import LampeEvalError, MissingDataError, UnsupportedModelError
+from lampe_eval.testing import save_random_checkpoint, tiny_family
 
 PHI3_ID = "microsoft/Phi-3-mini-4k-instruct"  # the preset phi3-mini-4k-instruct's source
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -63,8 +64,8 @@ def phi3_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random Phi-3 whose config.json carries Phi-3's auto_map (and the modules it names)."""
     root = tmp_path_factory.mktemp("phi3")
     where = root / "phi3-mini"
-    net = models.tiny_family("phi3", vocab=64)
-    models.save_random_checkpoint(net, str(where), tiny_tokenizer())
+    net = tiny_family("phi3", vocab=64)
+    save_random_checkpoint(net, str(where), tiny_tokenizer())
     edit_json(where / "config.json", auto_map=PHI3_AUTO_MAP)
     with_modules(where, PHI3_AUTO_MAP, root / "EXECUTED")
     return where

@@ -5,15 +5,15 @@ import pytest
 import torch
 
 from lampe_eval.errors import MissingDataError, UnknownNameError
+from lampe_eval.model_facts import ModelFacts
 from lampe_eval.models import (
     PRESETS,
     embedded_gguf_path,
     known_config,
     load_tokenizer,
     resolve_source,
-    tiny_llama,
-    window_from_config,
 )
+from lampe_eval.testing import tiny_llama
 
 
 def test_presets_have_windows():
@@ -30,16 +30,16 @@ def test_resolve_source_errors():
     assert resolve_source("meta-llama/Llama-2-7b-chat-hf")[0] == "meta-llama/Llama-2-7b-chat-hf"
 
 
-def test_window_from_config_prefers_original_window():
+def test_the_window_fact_prefers_the_original_window():
     model = tiny_llama(window=512)
-    assert window_from_config(model.config) == 512
+    assert ModelFacts.from_config(model.config).window == 512
     model.config.rope_parameters = {
         "rope_type": "yarn",
         "factor": 4.0,
         "original_max_position_embeddings": 128,
         "rope_theta": 1e4,
     }
-    assert window_from_config(model.config) == 128
+    assert ModelFacts.from_config(model.config).window == 128
     # Llama-3.1: trained to 128K with its llama3 scaling; the original 8K is not its window
     model.config.max_position_embeddings = 131072
     model.config.rope_parameters = {
@@ -50,7 +50,7 @@ def test_window_from_config_prefers_original_window():
         "original_max_position_embeddings": 8192,
         "rope_theta": 5e5,
     }
-    assert window_from_config(model.config) == 131072
+    assert ModelFacts.from_config(model.config).window == 131072
 
 
 def test_embedded_gguf_is_found_through_the_package():

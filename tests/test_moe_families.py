@@ -91,7 +91,7 @@ def test_the_oracle_catches_a_qwen3_moe_patched_without_its_per_head_norms(ids, 
 def moe_checkpoint(tmp_path_factory, smollm2_tokenizer):
     """A random MoE checkpoint of the type, 2 layers, head dim 64 (vLLM's CPU attention), each token routed
     to 2 of its 4 experts (a sparse choice, as released: Qwen3-30B-A3B 8 of 128, Mixtral-8x7B 2 of 8)."""
-    from lampe_eval.models import FAMILY_EXAMPLES, save_random_checkpoint, tiny_llama
+    from lampe_eval.testing import FAMILY_EXAMPLES, save_random_checkpoint, tiny_llama
 
     def saved(model_type: str) -> str:
         shape = {"layers": 2, "head_dim": 64, "window": 256, "vocab": len(smollm2_tokenizer)}

@@ -6,7 +6,7 @@ import torch
 from lampe_eval.backends.hf_patch import apply_method
 from lampe_eval.errors import LampeEvalError, UnsupportedModelError
 from lampe_eval.methods import METHODS, create_method
-from lampe_eval.models import tiny_llama
+from lampe_eval.testing import tiny_llama
 
 WINDOW = 64
 

@@ -22,7 +22,8 @@ from lampe_eval.benchmarks.pg19 import (
 from lampe_eval.data import corpus
 from lampe_eval.errors import MissingDataError
 from lampe_eval.methods import create_method
-from lampe_eval.models import LoadedModel, tiny_llama
+from lampe_eval.models import LoadedModel
+from lampe_eval.testing import tiny_llama
 
 HAVE_BIBLE = shutil.which("bible") is not None
 needs_corpus = pytest.mark.skipif(

@@ -33,9 +33,10 @@ from lampe_eval.benchmarks.base import (
     options_by_benchmark,
 )
 from lampe_eval.errors import LampeEvalError
-from lampe_eval.models import LoadedModel, tiny_family
+from lampe_eval.models import LoadedModel
 from lampe_eval.prompts import EARLY_STOP, prompt_ids
 from lampe_eval.runner.jobs import Job
+from lampe_eval.testing import tiny_family
 
 TEMPLATE = Path(__file__).parent / "fixtures" / "qwen3" / "chat_template.jinja"
 QUESTION = "What is the capital of France?"

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 
-from lampe_eval.models import LoadedModel, tiny_llama
+from lampe_eval.models import LoadedModel
 from lampe_eval.records import (
     SCHEMA_VERSION,
     SampleRecord,
@@ -25,6 +25,7 @@ from lampe_eval.runner.experiment import Experiment
 from lampe_eval.runner.jobs import Job
 from lampe_eval.runner.local import run
 from lampe_eval.runner.store import ResultStore
+from lampe_eval.testing import tiny_llama
 from tests.fakebench import CharTokenizer
 
 MINIMAL = {

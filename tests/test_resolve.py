@@ -21,7 +21,7 @@ from lampe_eval.methods import (
     window_base,
 )
 from lampe_eval.methods.selfextend import default_group_size
-from lampe_eval.models import tiny_llama
+from lampe_eval.testing import tiny_llama
 
 # ------------------------------------------------------------------------------------- named cases
 

@@ -18,7 +18,7 @@ from lampe_eval.backends.hf_patch import (
 )
 from lampe_eval.errors import LampeEvalError
 from lampe_eval.methods import METHODS, create_method
-from lampe_eval.models import tiny_llama
+from lampe_eval.testing import tiny_llama
 
 WINDOW = 64
 PROMPT = 100

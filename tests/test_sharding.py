@@ -11,7 +11,7 @@ import torch
 from lampe_eval.backends.hf_patch import apply_method
 from lampe_eval.errors import LampeEvalError
 from lampe_eval.methods import create_method
-from lampe_eval.models import tiny_llama
+from lampe_eval.testing import tiny_llama
 
 accelerate = pytest.importorskip("accelerate")
 

@@ -20,7 +20,7 @@ from lampe_eval.attention.reference import oracle_attention
 from lampe_eval.attention.regions import FirstKeys
 from lampe_eval.backends.hf_patch import apply_method
 from lampe_eval.methods import METHODS, RopeBase, create_method
-from lampe_eval.models import tiny_llama
+from lampe_eval.testing import tiny_llama
 
 POSITION_METHODS = [m for m in METHODS.names() if METHODS.get(m).kind != "baseline"]
 

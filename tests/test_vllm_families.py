@@ -16,7 +16,8 @@ from lampe_eval.backends.base import GenerationRequest  # noqa: E402
 from lampe_eval.backends.hf import HFBackend  # noqa: E402
 from lampe_eval.backends.vllm import VLLMBackend  # noqa: E402
 from lampe_eval.methods.resolve import resolve_method  # noqa: E402
-from lampe_eval.models import FAMILY_EXAMPLES, load_for_engine, load_model  # noqa: E402
+from lampe_eval.models import load_for_engine, load_model  # noqa: E402
+from lampe_eval.testing import FAMILY_EXAMPLES  # noqa: E402
 from tests.conftest import save_random_model  # noqa: E402
 from tests.test_vllm import LOGPROB_TOLERANCE, hf_prompt_logprobs  # noqa: E402
 from tests.test_vllm_parallel import NEW, PROMPT, WINDOW, prompt  # noqa: E402
@@ -74,7 +75,7 @@ def gemma2(tmp_path_factory, smollm2_tokenizer) -> str:
     """A random Gemma 2: a sliding-window layer then a global one, logits soft-capped at 5 (small enough to
     bend these logits), tied embeddings (vLLM's Gemma 2 has no separate output layer), scaled down so that
     greedy tokens follow the layers rather than repeat one token."""
-    from lampe_eval.models import tiny_family
+    from lampe_eval.testing import tiny_family
 
     shape = {"heads": 4, "kv_heads": 2, "head_dim": 64, "window": WINDOW, "vocab": len(smollm2_tokenizer)}
     local_then_global = {"layer_types": ["sliding_attention", "full_attention"], "sliding_window": 64}
@@ -96,7 +97,7 @@ def test_gemma2s_soft_capped_logits_are_capped_in_the_methods_layers(name: str, 
 @pytest.fixture(scope="module")
 def through_transformers(tmp_path_factory, smollm2_tokenizer):
     """A random model of a family vLLM 0.32 runs through its Transformers backend, by family name."""
-    from lampe_eval.models import save_random_checkpoint, tiny_family
+    from lampe_eval.testing import save_random_checkpoint, tiny_family
 
     def saved(name: str) -> str:
         net = tiny_family(name, vary_norms=False, head_dim=64, window=WINDOW, vocab=len(smollm2_tokenizer))

@@ -3,7 +3,7 @@
 On a GPU a prefill's time is also its number of kernel launches and of blocking GPU-to-CPU reads (a
 tensor turned into a Python number, or an op whose output size depends on data). :class:`CountOps`
 intercepts aten ops below autograd (a ``TorchDispatchMode``), so it counts what would be launched on any
-device, CPU included: the tests and ``benchmarks/attention_speed.py`` hold the engine to its budget here,
+device, CPU included: the tests and ``perf/attention_speed.py`` hold the engine to its budget here,
 and ``make gpu-check`` reports the same counts on the GPU.
 """
 

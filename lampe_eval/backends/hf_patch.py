@@ -46,7 +46,6 @@ from ..attention.kv_cache import (
 from ..errors import LampeEvalError, UnsupportedModelError
 from ..families import AttentionFamily, attention_classes, family_of_layer, text_config
 from ..methods.base import Method, RopeBase
-from ..models import head_counts
 from .plans import PlanCache
 from .rope_config import rope_base
 
@@ -272,7 +271,7 @@ def _is_patched(layer: torch.nn.Module) -> bool:
 
 def _make_forward(state: PatchState, family: AttentionFamily):
     partial = state.partial_rotary
-    heads, kv_heads = head_counts(state.base.config)
+    heads, kv_heads = state.base.heads, state.base.kv_heads
     key_heads = state.method.key_heads(heads, kv_heads) if heads and kv_heads else None
 
     def forward(

@@ -1,5 +1,6 @@
 """A model's own RoPE (:class:`~lampe_eval.methods.base.RopeBase`, what methods resolve against), read from
-a loaded Hugging Face model or, for an engine that loads its own weights, from its config alone."""
+a loaded Hugging Face model or, for an engine that loads its own weights, from its config alone; what the
+config says (head dimension, heads, window) from :class:`~lampe_eval.model_facts.ModelFacts`."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from typing import Any
 import torch
 
 from ..errors import UnsupportedModelError
-from ..families import family_of_config, text_config
+from ..families import family_of_config
 from ..memory import ModelShape
 from ..methods.base import RopeBase
+from ..model_facts import ModelFacts
 
 
 def rope_base(model: Any, window: int | None = None) -> RopeBase:
@@ -25,14 +27,14 @@ def rope_base(model: Any, window: int | None = None) -> RopeBase:
         raise UnsupportedModelError(
             f"{type(model).__name__}: no rotary embedding found (is it a RoPE model?)"
         )
-    return _rope_base_of(rotary, text_config(model.config), window)
+    return _rope_base_of(rotary, ModelFacts.from_config(model.config), window)
 
 
 def rope_base_from_config(config: Any, window: int | None = None) -> RopeBase:
     """:func:`rope_base` of a model not loaded here (the vLLM backend's): transformers' own rotary
     embedding module of the config's architecture, built without weights, gives the same frequencies."""
-    config = text_config(config)
-    model_type = getattr(config, "model_type", "")
+    facts = ModelFacts.from_config(config)
+    config, model_type = facts.text, facts.model_type
     # the config class's package holds the modeling code (gemma3_text's is gemma3's)
     package = type(config).__module__.rpartition(".")[0]
     if not package.startswith("transformers.models."):
@@ -44,7 +46,7 @@ def rope_base_from_config(config: Any, window: int | None = None) -> RopeBase:
     classes = [c for n, c in vars(module).items() if n.endswith("RotaryEmbedding") and isinstance(c, type)]
     if not classes:
         raise UnsupportedModelError(f"{model_type!r}: no rotary embedding found (is it a RoPE model?)")
-    return _rope_base_of(classes[0](config), config, window)
+    return _rope_base_of(classes[0](config), facts, window)
 
 
 def _frequencies(rotary: Any, config: Any) -> tuple[torch.Tensor, float] | None:
@@ -60,26 +62,26 @@ def _frequencies(rotary: Any, config: Any) -> tuple[torch.Tensor, float] | None:
     return inv_freq, float(getattr(rotary, scaling_name, 1.0))
 
 
-def _rope_base_of(rotary: Any, config: Any, window: int | None) -> RopeBase:
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+def _rope_base_of(rotary: Any, facts: ModelFacts, window: int | None) -> RopeBase:
+    config, head_dim = facts.text, facts.head_dim
     found = _frequencies(rotary, config)
     if found is None:
-        raise UnsupportedModelError(f"{config.model_type}: no rotary embedding found (is it a RoPE model?)")
+        raise UnsupportedModelError(f"{facts.model_type}: no rotary embedding found (is it a RoPE model?)")
     inv_freq, attention_scaling = found[0].detach().float().clone(), found[1]
     if inv_freq.numel() * 2 > head_dim:  # fewer: a partial rotary head (attention/partial.py)
         raise UnsupportedModelError(
-            f"{config.model_type}: a rotary dimension of {inv_freq.numel() * 2} exceeds the head dimension "
+            f"{facts.model_type}: a rotary dimension of {inv_freq.numel() * 2} exceeds the head dimension "
             f"{head_dim}"
         )
-    from ..models import window_from_config
-
     family = family_of_config(config)
     return RopeBase(
         inv_freq=inv_freq,
         attention_scaling=attention_scaling,
-        window=int(window or window_from_config(config)),
+        window=int(window or facts.window),
         head_dim=head_dim,
         config=family.global_config(config) if family else config,
+        heads=facts.heads,
+        kv_heads=facts.kv_heads,
     )
 
 

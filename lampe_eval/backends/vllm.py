@@ -27,10 +27,10 @@ from typing import Any
 import torch
 
 from ..errors import LampeEvalError, UnsupportedModelError
-from ..families import text_config
 from ..memory import GIB, KeyRows, MemoryEstimate, ModelShape, estimate, sequence_kv_bytes
 from ..methods.base import Method, RopeBase
-from ..models import LoadedModel, default_device, head_counts, known_config, parse_dtype
+from ..model_facts import ModelFacts
+from ..models import LoadedModel, default_device, known_config, parse_dtype
 from ..processes import environment
 from ..prompts import prompt_ids
 from ..settings import RunSettings
@@ -295,7 +295,11 @@ class VLLMBackend(BaseBackend):
         )
         if settings.gpus_per_worker > 1:  # one rank's part: its weights and its key heads (activations kept)
             config = known_config(model)
-            share = rank_share(config, settings.gpus_per_worker) if config is not None else 1.0
+            share = (
+                ModelFacts.from_config(config).rank_share(settings.gpus_per_worker)
+                if config is not None
+                else 1.0
+            )
             guess = dataclasses.replace(
                 guess,
                 weights=guess.weights // settings.gpus_per_worker,
@@ -441,7 +445,8 @@ class VLLMBackend(BaseBackend):
         budget, setting = found
         itemsize = torch.empty(0, dtype=getattr(torch, self.dtype)).element_size()
         shape = ModelShape.from_config(self.source, self.config, parameters=0.0)  # the KV cache alone
-        share = rank_share(self.config, self.tensor_parallel)  # each rank caches its key heads
+        # each rank caches its own key heads
+        share = ModelFacts.from_config(self.config).rank_share(self.tensor_parallel)
         needed = int(sequence_kv_bytes(shape, copies, model_len, itemsize) * share)
         if needed > budget:
             method = self._method.name if self._method is not None else "rope"
@@ -488,7 +493,8 @@ class VLLMBackend(BaseBackend):
     def _installed(self, method: Method) -> Iterator[None]:
         if method.kind != "baseline":
             why = family_refusal(self.source, self.config, [method.name])
-            heads, kv_heads = head_counts(self.config)
+            facts = ModelFacts.from_config(self.config)
+            heads, kv_heads = facts.heads, facts.kv_heads
             if not why and heads and kv_heads and method.key_heads(heads, kv_heads) != kv_heads:
                 why = (
                     f"vllm: {method.label()} keeps keys per query head ({heads} for {kv_heads} key heads), "
@@ -622,19 +628,13 @@ def model_length(longest: int) -> int:
     return max(MIN_MODEL_LEN, -(-longest // LENGTH_STEP) * LENGTH_STEP)
 
 
-def rank_share(config: Any, ranks: int) -> float:
-    """The share of the KV cache one of ``ranks`` tensor-parallel ranks holds (a rank caches its own key
-    heads, at least one)."""
-    kv_heads = head_counts(config)[1] or 1
-    return max(1, kv_heads // max(1, ranks)) / kv_heads
-
-
 def tensor_parallel_refusal(config: Any, ranks: int) -> str | None:
     """Why a model of ``config`` cannot be split over ``ranks`` tensor-parallel ranks (vLLM gives each rank
     an equal share of the query heads, and of the key heads or one key head replicated), else None."""
     if ranks == 1:
         return None
-    heads, kv_heads = head_counts(config)
+    facts = ModelFacts.from_config(config)
+    heads, kv_heads = facts.heads, facts.kv_heads
     if heads % ranks or (kv_heads % ranks and ranks % kv_heads):
         return (
             f"{heads} query and {kv_heads} key heads do not split over {ranks} tensor-parallel ranks: use a "
@@ -648,7 +648,7 @@ def vllm_model_refusal(config: Any) -> str | None:
     beside full ones (its ``Qwen2Model`` asserts every layer or none slides); a mixture-of-experts model with
     a sliding window (vLLM 0.32's Mixtral, Qwen2-MoE and Qwen3-MoE classes read no ``sliding_window``, so
     they would attend to every key)."""
-    config = text_config(config)
+    config = ModelFacts.from_config(config).text
     moe = getattr(config, "model_type", "") in ("mixtral", "qwen2_moe", "qwen3_moe")
     if moe and getattr(config, "use_sliding_window", True) and getattr(config, "sliding_window", None):
         return (

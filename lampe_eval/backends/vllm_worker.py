@@ -36,7 +36,6 @@ from ..errors import LampeEvalError
 from ..families import family_of_config
 from ..methods import METHODS
 from ..methods.base import FrequencyMethod, Method, RopeBase
-from ..models import head_counts
 from .plans import PlanCache, method_key_copies
 from .rope_config import rope_base_from_config
 from .vllm_attention import (
@@ -214,7 +213,7 @@ def rank_heads(worker: WorkerBase, base: RopeBase) -> tuple[slice, slice] | None
     from vllm.distributed import get_tensor_model_parallel_rank
 
     rank = get_tensor_model_parallel_rank()
-    return shard_heads(rank, ranks, *head_counts(base.config))
+    return shard_heads(rank, ranks, base.heads, base.kv_heads)
 
 
 def shard_heads(rank: int, ranks: int, heads: int, kv_heads: int) -> tuple[slice, slice]:

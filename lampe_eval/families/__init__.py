@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..model_facts import text_config
 from . import gemma, gpt_neox, llama, olmo2, phi, phi3, qwen3, stablelm
-from .base import AttentionFamily, text_config
+from .base import AttentionFamily
 
 FAMILIES: tuple[AttentionFamily, ...] = (
     llama.FAMILY,
@@ -34,10 +35,6 @@ def family_of_config(config: Any) -> AttentionFamily | None:
     """The family of a config's decoder (a multimodal config's text model)."""
     model_type = getattr(text_config(config), "model_type", None)
     return next((family for family in FAMILIES if model_type in family.model_types), None)
-
-
-def supported_model_types() -> tuple[str, ...]:
-    return tuple(t for family in FAMILIES for t in family.model_types)
 
 
 __all__ = [

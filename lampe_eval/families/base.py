@@ -1,4 +1,5 @@
-"""What lampe-eval needs to know about one model family's attention layer to run a method in it."""
+"""What lampe-eval needs to know about one model family's attention layer to run a method in it (what a
+config says, the families read from :mod:`lampe_eval.model_facts`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from ..model_facts import full_attention_layers, text_config
 
 # (layer, hidden states [B, n, hidden]) -> un-rotated query [B, Hq, n, D], key and value [B, Hkv, n, D]
 Projection = Callable[[Any, torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
@@ -23,13 +26,6 @@ def o_proj(layer: Any, out: torch.Tensor) -> torch.Tensor:
 def dense(layer: Any, out: torch.Tensor) -> torch.Tensor:
     """GPT-NeoX's and Phi's output projection."""
     return layer.dense(out)
-
-
-def text_config(config: Any) -> Any:
-    """The decoder's config of a model that wraps one (Gemma 3's multimodal checkpoints: the text model
-    inside ``Gemma3ForConditionalGeneration``, model type ``gemma3_text``), else ``config`` itself."""
-    get = getattr(config, "get_text_config", None)
-    return get(decoder=True) if get is not None else config
 
 
 def no_refusal(config: Any) -> str | None:
@@ -114,17 +110,6 @@ def layer_norm_heads(layer: Any, hidden: torch.Tensor) -> tuple[torch.Tensor, to
     if layer.qk_layernorm:
         query, key = layer.q_layernorm(query), layer.k_layernorm(key)
     return query, key, heads_first(layer.v_proj(hidden), dim)
-
-
-def full_attention_layers(config: Any) -> list[int]:
-    """The layers that see every key, which a method may change: those ``layer_types`` marks
-    ``full_attention`` (Qwen2 and Qwen3 with ``use_sliding_window``: the layers below
-    ``max_window_layers``); none when a config without layer types sets a ``sliding_window`` (Mistral v0.1:
-    every layer slides); else every layer."""
-    layer_types = getattr(config, "layer_types", None)
-    if layer_types is not None:
-        return [i for i, kind in enumerate(layer_types) if kind == "full_attention"]
-    return [] if getattr(config, "sliding_window", None) else every_layer(config)
 
 
 def sliding_window_refusal(config: Any) -> str | None:

@@ -50,6 +50,8 @@ class RopeBase:
     window: int  # pretraining window
     head_dim: int
     config: Any = None  # the model config (frequency methods derive theirs from a copy)
+    heads: int = 0  # query heads (0: unknown; per-head positions need them: Ms-PoE)
+    kv_heads: int = 0  # key heads
 
     @property
     def rotary_dim(self) -> int:
@@ -79,7 +81,15 @@ class RopeBase:
             rope_parameters={"rope_type": "default", "rope_theta": theta},
         )
         inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=device).float() / head_dim))
-        return cls(inv_freq=inv_freq, attention_scaling=1.0, window=window, head_dim=head_dim, config=config)
+        return cls(
+            inv_freq=inv_freq,
+            attention_scaling=1.0,
+            window=window,
+            head_dim=head_dim,
+            config=config,
+            heads=heads,
+            kv_heads=kv_heads,
+        )
 
 
 @dataclass

@@ -29,14 +29,14 @@ import torch
 
 from ..attention import Band, Segment
 from ..errors import LampeEvalError
-from ..models import head_counts as model_head_counts
 from .base import METHODS, PositionMethod, RopeBase, check_variant
 
 HEAD_ORDERS = ("normal", "index")
 
 
 def head_counts(base: RopeBase) -> tuple[int, int]:
-    heads, kv_heads = model_head_counts(base.config)
+    """The model's query and key heads, as the backend that built ``base`` read them from its config."""
+    heads, kv_heads = base.heads, base.kv_heads or base.heads
     if not heads:
         raise LampeEvalError("ms_poe: per-head positions need the model's number of attention heads")
     return heads, kv_heads

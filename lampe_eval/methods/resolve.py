@@ -18,6 +18,7 @@ from .base import METHODS, Method, RopeBase, beyond_window_warning
 # window_base's stand-in model: plain RoPE, rope_theta 10000, head_dim 16 (positions do not depend on it)
 STAND_IN_THETA = 10000.0
 STAND_IN_HEAD_DIM = 16
+STAND_IN_HEADS = 1
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,7 @@ class ResolvedMethod:
 def _stand_in_config(window: int) -> Any:
     from transformers import AutoConfig
 
-    heads = 1
+    heads = STAND_IN_HEADS
     return AutoConfig.for_model(
         "llama",
         vocab_size=8,
@@ -64,6 +65,8 @@ def window_base(window: int) -> RopeBase:
         window=int(window),
         head_dim=STAND_IN_HEAD_DIM,
         config=_stand_in_config(int(window)),
+        heads=STAND_IN_HEADS,
+        kv_heads=STAND_IN_HEADS,
     )
 
 
