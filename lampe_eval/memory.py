@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 GIB = 1 << 30
-LOSS_CHUNK = 1024  # positions per block of logits in a loss pass (backends/hf.py chunked_nll_rows)
+LOSS_CHUNK = 1024  # positions per block of logits in a loss pass (backends/hf/backend.py chunked_nll_rows)
 
 
 @dataclass(frozen=True)

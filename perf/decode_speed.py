@@ -40,7 +40,7 @@ def measure(spec: str, length: int, new_tokens: int, threads: int, clock_name: s
     from transformers.generation.streamers import BaseStreamer
 
     from lampe_eval.backends.hf import HFBackend
-    from lampe_eval.backends.hf_patch import kv_cache_bytes
+    from lampe_eval.backends.hf.patch import kv_cache_bytes
     from lampe_eval.methods import create_method
     from lampe_eval.models import load_model
 

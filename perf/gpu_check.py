@@ -51,7 +51,7 @@ from lampe_eval.attention.engine import attend_rotated
 from lampe_eval.attention.reference import oracle_attention
 from lampe_eval.attention.rope import apply_rope
 from lampe_eval.backends.hf import HFBackend, chunked_nll_rows
-from lampe_eval.backends.hf_patch import apply_method
+from lampe_eval.backends.hf.patch import apply_method
 from lampe_eval.lengths import parse_length
 from lampe_eval.memory import GIB
 from lampe_eval.methods import METHODS, RopeBase, create_method

@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from lampe_eval.backends.hf_patch import apply_method
+from lampe_eval.backends.hf.patch import apply_method
 from lampe_eval.lengths import parse_length
 from lampe_eval.methods import create_method
 from lampe_eval.models import load_model

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 import torch
 
+import lampe_eval.models
 from lampe_eval.models import LoadedModel
 from tests.localhub import LocalHub
 
@@ -46,16 +47,14 @@ def lm(smollm2_tokenizer: Any) -> LoadedModel:
     return LoadedModel("smollm2-135m", None, smollm2_tokenizer, 8192, True)
 
 
-def save_random_model(
-    where: str, tokenizer: Any, window: int, model_type: str = "llama", seed: int = 3, **extra: Any
-) -> str:
-    """A random model of 2 layers, 4 query / 2 key heads of dim 64 (vLLM's CPU attention takes 64 and up)
-    with ``tokenizer``'s vocabulary, saved with it in ``where``; weights and norms drawn so that no token
-    is a near tie."""
-    from lampe_eval.testing import save_random_checkpoint, tiny_llama
+@pytest.fixture
+def no_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loading a model is a failure: the error must come before."""
 
-    net = tiny_llama(window=window, head_dim=64, vocab=len(tokenizer), model_type=model_type, **extra)
-    return save_random_checkpoint(net, where, tokenizer, seed)
+    def trap(*args, **kwargs):
+        raise AssertionError("a model was loaded before the input was checked")
+
+    monkeypatch.setattr(lampe_eval.models, "load_model", trap)
 
 
 @pytest.fixture(scope="session")

@@ -9,6 +9,9 @@ no visible key giving out 0 and LSE **+inf**.
 
 from __future__ import annotations
 
+import importlib.machinery
+import types
+
 import torch
 
 
@@ -116,6 +119,14 @@ class FlashAttnEmulator:
         if return_attn_probs:
             return out, lse, torch.empty(0)  # S_dmask is empty unless dropout_p > 0
         return out
+
+
+def fake_flash_attn(emulator: FlashAttnEmulator) -> types.ModuleType:
+    """A stand-in ``flash_attn`` package whose ``flash_attn_func`` is the emulation."""
+    module = types.ModuleType("flash_attn")
+    module.__spec__ = importlib.machinery.ModuleSpec("flash_attn", None)
+    module.flash_attn_func = emulator  # type: ignore[attr-defined]
+    return module
 
 
 class TorchFlashEmulator:

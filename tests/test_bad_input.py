@@ -14,46 +14,11 @@ import pytest
 
 import lampe_eval.models
 from lampe_eval.cli import main
-from lampe_eval.runner.store import ResultStore
 from tests.fakebench import load_tiny_chars
+from tests.helpers.cli import cli, one_line, stored
 
 TEXT_A = "In the beginning God created the heaven and the earth. " * 12
 TEXT_B = "abab " * 150
-
-
-def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as info:
-        main(list(args))
-    out, err = capsys.readouterr()
-    code = info.value.code
-    return (code if isinstance(code, int) else 1), out, err
-
-
-def one_line(err: str) -> str:
-    """The single stderr line (never wrapped, no traceback)."""
-    lines = err.strip("\n").splitlines()
-    assert len(lines) == 1 and "Traceback" not in err, err
-    return lines[0]
-
-
-def stored(out: Path) -> list[dict]:
-    """The valid records of a store; no key twice among them."""
-    records = [r.to_json() for r in ResultStore(out).unique_records()]
-    keys = [
-        json.loads(line)["key"] for line in (out / "records.jsonl").read_text().splitlines() if line.strip()
-    ]
-    assert len(keys) == len(set(keys)) or len(records) <= len(keys)
-    return records
-
-
-@pytest.fixture
-def no_model(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Loading a model is a failure: the error must come before."""
-
-    def trap(*args, **kwargs):
-        raise AssertionError("a model was loaded before the input was checked")
-
-    monkeypatch.setattr(lampe_eval.models, "load_model", trap)
 
 
 @pytest.fixture

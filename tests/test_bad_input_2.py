@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from lampe_eval import resources
-from tests.test_bad_input import cli, no_model, one_line  # noqa: F401 - no_model: a fixture
+from tests.helpers.cli import cli, one_line, stored
+from tests.helpers.remote_code import refused, remote_code_model
 
 FIXTURES = Path(str(resources.packaged("fixtures")))
 
@@ -332,8 +333,6 @@ def first_run(tmp_path: Path, capsys: pytest.CaptureFixture[str], tiny_model: No
 
 def intact(results: Path, before: str) -> None:
     """The store holds exactly the records it held before, whole."""
-    from tests.test_bad_input import stored
-
     assert (results / "records.jsonl").read_text() == before
     assert len(stored(results)) == 1
 
@@ -434,64 +433,7 @@ def test_a_failed_report_leaves_the_previous_files_whole(tmp_path, capsys, monke
 
 
 # ------------------------------------------------- 5. models that ask for their own (remote) code
-NEVER_EXECUTES = "lampe-eval never executes a model's own code (no trust_remote_code)"
-EVIL_MODULE = """import pathlib
-pathlib.Path({marker!r}).write_text("executed")
-from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizer
-class EvilConfig(PretrainedConfig):
-    model_type = "evil"
-class EvilForCausalLM(PreTrainedModel):
-    config_class = EvilConfig
-class EvilTokenizer(PreTrainedTokenizer):
-    pass
-"""
-
-
-def remote_code_model(root: Path, *, in_tokenizer_config: bool = False) -> tuple[Path, Path]:
-    """A model directory whose config.json (or tokenizer_config.json) maps the Auto classes to its own
-    modules, each of which creates ``marker`` when imported: (directory, marker)."""
-    model, marker = root / "evil-model", root / "EXECUTED"
-    model.mkdir(parents=True)
-    auto_map = {
-        "AutoConfig": "configuration_evil.EvilConfig",
-        "AutoModelForCausalLM": "modeling_evil.EvilForCausalLM",
-        "AutoTokenizer": ["tokenization_evil.EvilTokenizer", None],
-    }
-    config = {"model_type": "evil", "architectures": ["EvilForCausalLM"], "max_position_embeddings": 4096}
-    if in_tokenizer_config:
-        config["model_type"] = "llama"
-        tokenizer_config = {
-            "tokenizer_class": "EvilTokenizer",
-            "auto_map": {"AutoTokenizer": auto_map["AutoTokenizer"]},
-        }
-        (model / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
-    else:
-        config["auto_map"] = auto_map
-    (model / "config.json").write_text(json.dumps(config))
-    for module in ("configuration_evil", "modeling_evil", "tokenization_evil"):
-        (model / f"{module}.py").write_text(EVIL_MODULE.format(marker=str(marker)))
-    return model, marker
-
-
-# why remote_code_model's checkpoint is refused: transformers implements neither what its config.json nor
-# what its tokenizer_config.json names (an auto_map alone is no reason: tests/test_model_sources.py)
-WHY_REFUSED = {
-    "config.json": "auto_map in config.json: transformers has no model_type 'evil'",
-    "tokenizer_config.json": (
-        "auto_map in tokenizer_config.json: transformers has no tokenizer class 'EvilTokenizer'"
-    ),
-}
-
-
-def refused(err: str, model: Path, file: str = "config.json") -> None:
-    line = one_line(err)
-    assert line == (
-        f"error: model directory {str(model)!r} asks to run its own code ({WHY_REFUSED[file]}); "
-        f"{NEVER_EXECUTES}: convert the model to an architecture that transformers implements "
-        "(e.g. save it as LlamaForCausalLM with save_pretrained) or use a .gguf file"
-    ), line
-
-
+# (the model directory and the line that refuses it: tests/helpers/remote_code.py)
 REMOTE_CODE_COMMANDS = {
     "run": ["run", "--bench", "longbench", "--task", "qasper", "--len", "4k", "--opt", "fixture=true"],
     "run --dry-run": ["run", "--bench", "longbench", "--task", "qasper", "--len", "4k", "--dry-run"],

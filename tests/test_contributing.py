@@ -76,7 +76,7 @@ def contributed(tmp_path, monkeypatch):
 def test_the_method_of_contributing_is_exact_against_the_oracle(contributed):
     from lampe_eval.attention import segmented_attention
     from lampe_eval.attention.reference import oracle_attention, relative_positions
-    from tests.test_methods_exact import WINDOW, D, base
+    from tests.helpers.methods import WINDOW, D, base
 
     rng = random.Random(0)
     for length in (5, 33, 70):  # short, and past w (<= 40)

@@ -7,7 +7,7 @@ from transformers import AutoConfig
 from lampe_eval.backends.hf import HFBackend
 from lampe_eval.errors import UnsupportedModelError
 
-from .test_bad_input import cli, no_model, one_line  # noqa: F401 - no_model is a fixture
+from .helpers.cli import cli, one_line
 
 
 def saved_config(tmp_path, model_type: str, **fields) -> str:

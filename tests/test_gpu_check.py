@@ -10,8 +10,7 @@ from lampe_eval.attention import kernels
 from lampe_eval.methods import METHODS
 from perf import gpu_check as gpu_check_module  # the top-level perf/ folder, a package
 
-from .kernel_contracts import FlashAttnEmulator
-from .test_kernels import fake_flash_attn
+from .kernel_contracts import FlashAttnEmulator, fake_flash_attn
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only behaviour")
 

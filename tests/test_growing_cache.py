@@ -10,7 +10,7 @@ import torch
 from transformers import DynamicCache
 
 from lampe_eval.attention.kv_cache import GrowingCache, GrowingLayer, RotatedKeyCache
-from lampe_eval.backends.hf_patch import apply_method, kv_cache_bytes, new_cache
+from lampe_eval.backends.hf.patch import apply_method, kv_cache_bytes, new_cache
 from lampe_eval.methods import create_method
 from lampe_eval.testing import tiny_family, tiny_llama
 

@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from lampe_eval.backends.hf_patch import apply_method, new_cache
+from lampe_eval.backends.hf.patch import apply_method, new_cache
 from lampe_eval.errors import LampeEvalError
 from lampe_eval.methods import METHODS, create_method
 from lampe_eval.methods.base import RopeBase

@@ -5,10 +5,8 @@
 the contract's documented examples (``docs/gpu.md``), the others run the engine through it.
 """
 
-import importlib.machinery
 import random
 import sys
-import types
 import zlib
 
 import pytest
@@ -19,6 +17,7 @@ from lampe_eval.attention.reference import oracle_attention
 from lampe_eval.errors import LampeEvalError
 from lampe_eval.methods import create_method
 
+from .helpers.methods import POSITION_METHODS, WINDOW, base, random_params
 from .kernel_contracts import (
     ContractError,
     CudnnEmulator,
@@ -26,8 +25,8 @@ from .kernel_contracts import (
     TorchFlashEmulator,
     fa2_forward,
     fa2_visible,
+    fake_flash_attn,
 )
-from .test_methods_exact import POSITION_METHODS, WINDOW, base, random_params
 
 D = 16
 
@@ -121,14 +120,6 @@ def test_dispatch_decisions(monkeypatch):
     monkeypatch.setenv(kernels.ENV, "flash")
     with pytest.raises(LampeEvalError, match="LAMPE_EVAL_KERNEL='flash': choose one of auto, flash_attn"):
         kernels.backend_for(torch.zeros(1))
-
-
-def fake_flash_attn(emulator: FlashAttnEmulator) -> types.ModuleType:
-    """A stand-in ``flash_attn`` package whose ``flash_attn_func`` is the emulation."""
-    module = types.ModuleType("flash_attn")
-    module.__spec__ = importlib.machinery.ModuleSpec("flash_attn", None)
-    module.flash_attn_func = emulator  # type: ignore[attr-defined]
-    return module
 
 
 Emulator = FlashAttnEmulator | TorchFlashEmulator | CudnnEmulator

@@ -25,9 +25,9 @@ from lampe_eval.integrations import lm_eval as lampe_lm_eval
 from lampe_eval.integrations import lm_eval_cli
 from lampe_eval.integrations.lm_eval import LampeLM, resolve_method
 from lampe_eval.method_configs import load_method_params
+from tests.helpers.lm_eval_tasks import TASK_DIR, responses
 
 ROOT = Path(__file__).resolve().parent.parent
-TASK_DIR = ROOT / "tests" / "fixtures" / "lm_eval"
 TASKS = ["lampe_fixture_mc", "lampe_fixture_gen", "lampe_fixture_ppl"]
 LAMPE_ARGS = "param_m=32,param_s1=8,param_s2=4,param_identity_within_window=false"
 
@@ -45,12 +45,6 @@ def evaluate(model: str, model_args: str, batch_size: int = 1) -> dict[str, Any]
     )
     assert results is not None
     return results
-
-
-def responses(results: dict[str, Any], task: str) -> list[Any]:
-    """Per document, in document order: the filtered model responses (log-likelihoods or text)."""
-    samples = sorted(results["samples"][task], key=lambda s: s["doc_id"])
-    return [s["filtered_resps"] for s in samples]
 
 
 def loglikelihoods(results: dict[str, Any], task: str) -> list[float]:
@@ -169,7 +163,7 @@ def test_a_model_that_asks_for_its_own_code_is_refused_before_it_loads(
     import lm_eval.__main__
     import lm_eval.tasks
 
-    from tests.test_bad_input_2 import refused, remote_code_model
+    from tests.helpers.remote_code import refused, remote_code_model
 
     model, marker = remote_code_model(tmp_path)
     with pytest.raises(LampeEvalError, match="lampe-eval never executes a model's own code"):

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from lampe_eval.attention.counts import peak_memory
 from lampe_eval.backends.hf import chunked_nll_rows
-from lampe_eval.backends.hf_patch import apply_method, new_cache
+from lampe_eval.backends.hf.patch import apply_method, new_cache
 from lampe_eval.backends.rope_config import rope_base
 from lampe_eval.cli import app
 from lampe_eval.memory import GIB, KeyRows, ModelShape, count_parameters, estimate, hf_key_rows
@@ -102,7 +102,7 @@ def test_sliding_window_layers_hold_one_window_of_keys(name):
     """Gemma 3's local layers (no method changes them) keep transformers' sliding cache: a window of keys
     and values at most; the estimate's KV cache is what the cache holds after a prompt (every layer
     counted at full length: 2.6x as much here)."""
-    from lampe_eval.backends.hf_patch import kv_cache_bytes
+    from lampe_eval.backends.hf.patch import kv_cache_bytes
 
     shape_args = {"heads": 4, "kv_heads": 2, "head_dim": 64, "window": WINDOW, "vocab": 512}
     model = tiny_family("gemma3_text", vary_norms=False, **shape_args)
@@ -163,7 +163,7 @@ def test_batch_and_length_scale_the_estimate():
 
 def test_run_refuses_a_batch_the_device_cannot_hold(monkeypatch):
     """The refusal is one line before any model loads, naming what to change."""
-    import lampe_eval.backends.hf as hf
+    import lampe_eval.backends.hf.backend as hf
 
     if _smollm2_config() is None:
         pytest.skip("the embedded model's config is not readable here")
@@ -199,7 +199,7 @@ def test_docs_table_is_what_the_code_prints():
 
 
 def test_the_refusal_holds_the_estimate_against_the_worker_device(monkeypatch):
-    import lampe_eval.backends.hf as hf
+    import lampe_eval.backends.hf.backend as hf
     from lampe_eval.settings import RunSettings
 
     need = estimate(ModelShape("m", 2, 2, 64, 1e6, vocab=100), 1 << 20, dtype_bytes=4)

@@ -12,7 +12,7 @@ import torch
 
 from lampe_eval.attention import segmented_attention
 from lampe_eval.attention.reference import oracle_attention, relative_positions
-from lampe_eval.backends.hf_patch import apply_method
+from lampe_eval.backends.hf.patch import apply_method
 from lampe_eval.backends.rope_config import rope_base
 from lampe_eval.errors import LampeEvalError
 from lampe_eval.methods import RopeBase, create_method

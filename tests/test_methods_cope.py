@@ -9,14 +9,25 @@ import math
 import pytest
 import torch
 
-from lampe_eval.backends.hf_patch import apply_method
+from lampe_eval.backends.hf.patch import apply_method
 from lampe_eval.backends.rope_config import rope_base
 from lampe_eval.errors import LampeEvalError
 from lampe_eval.methods import create_method
 from lampe_eval.methods.cope import tapered
 from lampe_eval.methods.frequency import plain_frequencies
 
-from .test_methods_frequency import WINDOW, llama3_model, logits, plain  # noqa: F401 - fixtures
+from .helpers.frequency import WINDOW, llama3_twin, logits, plain_llama
+
+
+@pytest.fixture(scope="module")
+def plain():
+    return plain_llama()
+
+
+@pytest.fixture(scope="module")
+def llama3_model(plain):
+    """A tiny model shipping Llama-3.1's scaling (window = max_position_embeddings = 1024)."""
+    return llama3_twin(plain)
 
 
 def official_taper(inv_freq: torch.Tensor, clip_low_n: int = 20, hard: bool = False) -> list[float]:

@@ -17,11 +17,11 @@ import torch
 from lampe_eval.attention import segmented_attention
 from lampe_eval.attention.reference import relative_positions
 from lampe_eval.attention.rope import apply_rope, rope_cos_sin
-from lampe_eval.backends.hf_patch import apply_method
+from lampe_eval.backends.hf.patch import apply_method
 from lampe_eval.methods import create_method
 from lampe_eval.testing import tiny_llama
 
-from .test_methods_exact import WINDOW, D, base
+from .helpers.methods import WINDOW, D, base
 
 # --- StreamingLLM: the literal token-by-token loop ------------------------------------------------
 

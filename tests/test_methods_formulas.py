@@ -12,7 +12,7 @@ from lampe_eval.methods import create_method
 from lampe_eval.methods.lampe import LaMPE, lampe_segments, mapping_length
 from lampe_eval.methods.selfextend import default_group_size
 
-from .test_methods_exact import base
+from .helpers.methods import base
 
 
 def pe_matrix(method, length: int, window: int = 96) -> torch.Tensor:

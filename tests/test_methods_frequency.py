@@ -6,36 +6,15 @@ import math
 
 import pytest
 import torch
-from transformers import LlamaForCausalLM
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-from lampe_eval.backends.hf_patch import apply_method
+from lampe_eval.backends.hf.patch import apply_method
 from lampe_eval.backends.rope_config import rope_base
 from lampe_eval.errors import LampeEvalError
 from lampe_eval.methods import METHODS, RopeBase, create_method
 from lampe_eval.methods.frequency import plain_frequencies
 from lampe_eval.methods.longrope import yarn_ramp
-from lampe_eval.testing import tiny_llama
-
-WINDOW, DIM, THETA = 64, 16, 10000.0
-LLAMA3 = {
-    "factor": 8.0,
-    "low_freq_factor": 1.0,
-    "high_freq_factor": 4.0,
-    "original_max_position_embeddings": 256,
-}
-
-
-def twin(model, rope_parameters: dict, max_positions: int | None = None):
-    """The same weights under another rope config: transformers' own implementation of it."""
-    config = copy.deepcopy(model.config)
-    config.rope_parameters = {"rope_theta": THETA, **rope_parameters}
-    if max_positions:
-        config.max_position_embeddings = max_positions
-    other = LlamaForCausalLM(config)
-    other.load_state_dict(model.state_dict())
-    other.config._attn_implementation = "sdpa"
-    return other.eval()
+from tests.helpers.frequency import DIM, LLAMA3, THETA, WINDOW, llama3_twin, logits, plain_llama, twin
 
 
 def hf_init(model, rope_parameters: dict, max_positions: int | None = None, seq_len: int | None = None):
@@ -43,20 +22,15 @@ def hf_init(model, rope_parameters: dict, max_positions: int | None = None, seq_
     return ROPE_INIT_FUNCTIONS[rope_parameters["rope_type"]](config, torch.device("cpu"), seq_len=seq_len)
 
 
-@torch.no_grad()
-def logits(model, ids):
-    return model(ids).logits
-
-
 @pytest.fixture(scope="module")
 def plain():
-    return tiny_llama(window=WINDOW, layers=2, heads=4, kv_heads=2, head_dim=DIM, rope_theta=THETA, seed=4)
+    return plain_llama()
 
 
 @pytest.fixture(scope="module")
 def llama3_model(plain):
     """A tiny model shipping Llama-3.1's scaling (window = max_position_embeddings = 1024)."""
-    return twin(plain, {"rope_type": "llama3", **LLAMA3}, max_positions=1024)
+    return llama3_twin(plain)
 
 
 _rng = torch.Generator().manual_seed(0)

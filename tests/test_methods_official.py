@@ -33,7 +33,7 @@ from lampe_eval.attention.reference import check_coverage, oracle_attention, seg
 from lampe_eval.errors import LampeEvalError
 from lampe_eval.methods import create_method
 
-from .test_methods_exact import D, base
+from .helpers.methods import D, base
 
 Terms = list[tuple[np.ndarray, np.ndarray]]  # per pass: (keys, relative positions) of one query row
 
@@ -429,7 +429,7 @@ def official_chunkllama_logits(model, tokens: torch.Tensor, prompt: int, **kwarg
     """The official code's logits for a prefill of ``tokens[:, :prompt]`` and then one token per step."""
     import types
 
-    from lampe_eval.backends.hf_patch import attention_layers
+    from lampe_eval.backends.hf.patch import attention_layers
 
     official = OfficialChunkLlama(model, **kwargs)
     layers = attention_layers(model)
@@ -448,7 +448,7 @@ def official_chunkllama_logits(model, tokens: torch.Tensor, prompt: int, **kwarg
 def test_dca_official_decode_keeps_each_cached_key_at_the_factor_of_its_step():
     """variant=official generates as chunkllama_attn_replace.py does: prompt 100 tokens past a 64-token
     window, then 24 steps, each caching its key at its own factor 0.05 ln(kv / 64) + 1."""
-    from lampe_eval.backends.hf_patch import apply_method, attention_layers, new_cache
+    from lampe_eval.backends.hf.patch import apply_method, attention_layers, new_cache
     from lampe_eval.testing import tiny_llama
 
     window, prompt, steps = 64, 100, 24
@@ -543,7 +543,7 @@ def test_ms_poe_generates_as_the_official_attention():
     g x groups (sample_rotary_emb), keys cached rotated; layers 0 and 1 of 3 left alone (apply_layers)."""
     import types
 
-    from lampe_eval.backends.hf_patch import apply_method, attention_layers, new_cache
+    from lampe_eval.backends.hf.patch import apply_method, attention_layers, new_cache
     from lampe_eval.testing import tiny_llama
 
     model = tiny_llama(window=64, layers=3, heads=4, kv_heads=2, head_dim=16)

@@ -250,7 +250,7 @@ def test_an_unknown_model_type_with_an_auto_map_is_refused_before_loading(phi3, 
 
 
 def test_the_cli_refuses_it_on_one_line(phi3, capsys):
-    from tests.test_bad_input import cli, one_line
+    from tests.helpers.cli import cli, one_line
 
     edit_json(phi3 / "config.json", model_type="evil")
     args = ["show-prompt", "--bench", "longbench", "--task", "qasper", "--len", "4k", "--opt", "fixture=true"]
@@ -449,7 +449,7 @@ def test_every_form_of_the_gated_error_and_the_configured_endpoint(hub_cache, mo
 
 
 def test_the_cli_says_it_on_one_line(hub_cache, monkeypatch, capsys):
-    from tests.test_bad_input import cli, one_line
+    from tests.helpers.cli import cli, one_line
 
     failing(monkeypatch, "AutoTokenizer", gated_error("meta-llama/Meta-Llama-3-8B-Instruct"))
     args = ["show-prompt", "--bench", "longbench", "--task", "qasper", "--len", "4k", "--opt", "fixture=true"]

@@ -13,11 +13,11 @@ import pytest
 import torch
 
 from lampe_eval import families
-from lampe_eval.backends.hf_patch import apply_method, attention_layers
+from lampe_eval.backends.hf.patch import apply_method, attention_layers
 from lampe_eval.families import base as family_base
 from lampe_eval.families import family_of_config, llama, qwen3
 from lampe_eval.methods import create_method
-from tests.test_families import LENGTH, WINDOW, logits, oracle_logits, tiny
+from tests.helpers.families import LENGTH, WINDOW, logits, oracle_logits, tiny
 
 MOE = ["qwen3_moe", "mixtral", "qwen2_moe"]
 DENSE_FAMILY = {"qwen3_moe": qwen3.FAMILY, "mixtral": llama.FAMILY, "qwen2_moe": llama.FAMILY}
@@ -119,8 +119,14 @@ def test_vllm_runs_the_method_in_a_moe_model(model_type: str, moe_checkpoint) ->
     from lampe_eval.backends.vllm import VLLMBackend
     from lampe_eval.methods.resolve import resolve_method
     from lampe_eval.models import load_for_engine, load_model
-    from tests.test_vllm import LOGPROB_TOLERANCE, hf_prompt_logprobs
-    from tests.test_vllm_parallel import NEW, PROMPT, WINDOW, prompt
+    from tests.helpers.vllm_agreement import (
+        LOGPROB_TOLERANCE,
+        NEW,
+        PROMPT,
+        WINDOW,
+        hf_prompt_logprobs,
+        prompt,
+    )
 
     where = moe_checkpoint(model_type)
     hf = HFBackend(load_model(where))

@@ -19,10 +19,10 @@ from lampe_eval.attention.paged import (
     decode_shape,
     key_copies,
 )
-from lampe_eval.backends.hf_patch import PatchState, attend_patched
+from lampe_eval.backends.hf.patch import PatchState, attend_patched
 from lampe_eval.backends.plans import method_key_copies
 from lampe_eval.methods import create_method
-from tests.test_methods_exact import POSITION_METHODS, WINDOW, base, random_params
+from tests.helpers.methods import POSITION_METHODS, WINDOW, base, random_params
 
 D, HQ, HKV, SCALE = 16, 4, 2, 0.25
 BLOCK = 8
@@ -208,7 +208,7 @@ def test_a_plan_for_a_shard_of_the_heads_gives_those_heads_outputs(name: str, ra
     2 key heads, so 4 ranks replicate a key head) over its heads' queries and keys gives the rows of the
     whole plan's output for those heads: Ms-PoE's per-head positions are cut, shared ones kept."""
     from lampe_eval.attention.engine import segmented_attention
-    from lampe_eval.backends.vllm_worker import shard_heads
+    from lampe_eval.backends.vllm.worker import shard_heads
 
     n = 3 * WINDOW
     method = create_method(name, WINDOW, n, **random_params(name, random.Random(7)))
@@ -275,7 +275,7 @@ def test_the_engine_kernel_decodes_one_run_rows_as_the_tiles_do(name, softcap):
     one causal run of keys gives the tiles' outputs: Ms-PoE (per-head positions), YaRN with InfoScale
     (one segment, a query scale), and Ms-PoE with Gemma 2's soft cap."""
     pytest.importorskip("vllm")
-    from lampe_eval.backends.vllm_cpu_decode import cpu_decode_kernel
+    from lampe_eval.backends.vllm.cpu_decode import cpu_decode_kernel
 
     dim, block = 64, 16
     kernel = cpu_decode_kernel(torch.float32, block, dim)
@@ -306,7 +306,7 @@ def test_the_engine_kernel_is_not_used_where_it_reads_another_key_layout(monkeyp
     """The check that vLLM's CPU kernel reads lampe-eval's keys fails when the keys are stored as rows: a
     layout the kernel reads differently leaves the decode to the tiles."""
     pytest.importorskip("vllm")
-    from lampe_eval.backends import vllm_cpu_decode
+    from lampe_eval.backends.vllm import cpu_decode as vllm_cpu_decode
 
     kernel = vllm_cpu_decode.cpu_decode_kernel(torch.float32, 16, 64)
     assert kernel is not None and vllm_cpu_decode._reads_key_columns(kernel, 16, 64)

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from lampe_eval.backends.hf_patch import apply_method
+from lampe_eval.backends.hf.patch import apply_method
 from lampe_eval.errors import LampeEvalError, UnsupportedModelError
 from lampe_eval.methods import METHODS, create_method
 from lampe_eval.testing import tiny_llama

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from lampe_eval.backends.hf import HFBackend, chunked_nll_rows
-from lampe_eval.backends.hf_patch import apply_method
+from lampe_eval.backends.hf.patch import apply_method
 from lampe_eval.backends.rounds import evaluate_one
 from lampe_eval.benchmarks import SampleContext, get_benchmark
 from lampe_eval.benchmarks.pg19 import (

@@ -9,7 +9,7 @@ from transformers.cache_utils import DynamicLayer
 
 from lampe_eval.attention import kv_cache
 from lampe_eval.attention.kv_cache import GrowingCache, RotatedKeyCache
-from lampe_eval.backends.hf_patch import (
+from lampe_eval.backends.hf.patch import (
     _GENERATIONS,
     apply_method,
     generation_budget,

@@ -36,7 +36,7 @@ from lampe_eval.backends.hf import HFBackend  # noqa: E402
 from lampe_eval.cli import app  # noqa: E402
 from lampe_eval.methods.resolve import resolve_method  # noqa: E402
 from lampe_eval.models import load_model  # noqa: E402
-from tests.conftest import save_random_model  # noqa: E402
+from tests.helpers.random_models import save_random_model  # noqa: E402
 
 pytestmark = pytest.mark.slow
 WINDOW, LONGEST, NEW = 256, 1024, 8  # the random model's window: LaMPE's segments are all active at 600
@@ -372,7 +372,7 @@ def test_lm_evals_local_completions_gets_what_lm_eval_gets_in_process(server, qw
 
     import lampe_eval.integrations.lm_eval  # noqa: F401 - registers --model lampe
 
-    from .test_lm_eval import TASK_DIR, responses
+    from .helpers.lm_eval_tasks import TASK_DIR, responses
 
     common = {
         "tasks": ["lampe_fixture_gen"],
@@ -392,7 +392,7 @@ def test_lm_evals_local_completions_gets_what_lm_eval_gets_in_process(server, qw
 
 
 def test_serves_gen_room_default_is_the_one_its_help_shows():
-    from lampe_eval.backends import vllm_serve
+    from lampe_eval.backends.vllm import serve as vllm_serve
     from lampe_eval.cli import serve
 
     assert serve.GEN_ROOM == vllm_serve.GEN_ROOM

@@ -8,7 +8,7 @@ loads them for the forward, so a patched forward that bypassed the hooks would f
 import pytest
 import torch
 
-from lampe_eval.backends.hf_patch import apply_method
+from lampe_eval.backends.hf.patch import apply_method
 from lampe_eval.errors import LampeEvalError
 from lampe_eval.methods import create_method
 from lampe_eval.testing import tiny_llama

@@ -18,7 +18,7 @@ from lampe_eval.attention import (
 from lampe_eval.attention.counts import CountOps, count
 from lampe_eval.attention.reference import oracle_attention
 from lampe_eval.attention.regions import FirstKeys
-from lampe_eval.backends.hf_patch import apply_method
+from lampe_eval.backends.hf.patch import apply_method
 from lampe_eval.methods import METHODS, RopeBase, create_method
 from lampe_eval.testing import tiny_llama
 

@@ -26,6 +26,7 @@ from lampe_eval.cli import app  # noqa: E402
 from lampe_eval.methods import METHODS  # noqa: E402
 from lampe_eval.methods.resolve import resolve_method  # noqa: E402
 from lampe_eval.models import load_for_engine  # noqa: E402
+from tests.helpers.vllm_agreement import LOGPROB_TOLERANCE, hf_prompt_logprobs  # noqa: E402
 
 WINDOW = 512  # SmolLM2 taken for a model of a 512-token window (1,024 until CI time asked for less)
 # 1.125 windows: every segment of every method is active in the prefill and at each decode step, the same
@@ -33,9 +34,6 @@ WINDOW = 512  # SmolLM2 taken for a model of a 512-token window (1,024 until CI 
 PROMPT = 576
 NEW_TOKENS = 8
 CHUNK = 512
-# fp32 log-probabilities of 2K tokens: the kernels differ in their summation order (rope itself, no method
-# on either side, differs by up to 5.4e-5; YaRN, whose attention factor scales the logits, up to 1.3e-4)
-LOGPROB_TOLERANCE = 2e-4
 pytestmark = pytest.mark.slow
 
 
@@ -63,13 +61,6 @@ def vllm_backend():
     backend.close()
 
 
-def hf_prompt_logprobs(hf: HFBackend, ids: list[int]) -> torch.Tensor:
-    """log p(token i | tokens < i), i = 1..L-1, from the (patched) Hugging Face model in one pass."""
-    with torch.no_grad():
-        logits = hf.lm.model(torch.tensor([ids])).logits[0, :-1].float()
-    return torch.log_softmax(logits, -1).gather(1, torch.tensor(ids[1:])[:, None])[:, 0]
-
-
 CAPACITY: dict[int, int] = {}  # tokens vLLM's cache held, by the engine's key copies
 
 
@@ -93,8 +84,8 @@ def _by_key_copies() -> list[str]:
     """Every method, those keeping one number of key copies together (the engine starts again for
     another number)."""
     from lampe_eval.backends.plans import method_key_copies
-    from tests.test_methods_exact import WINDOW as window
-    from tests.test_methods_exact import base
+    from tests.helpers.methods import WINDOW as window
+    from tests.helpers.methods import base
 
     def copies(name: str) -> int:
         return method_key_copies(resolve_method(name, window, 4 * window, base=base()).method, base())
@@ -251,8 +242,8 @@ def test_preempted_sequences_are_computed_again_with_their_own_plan(
     counts it); each still gives what it gives alone on the Hugging Face backend. SmolLM2 taken for a
     256-token window, so that 250-token prompts and their 20 new tokens need LaMPE's remapping (512 and 500
     until CI time asked for less: the same block arithmetic, half the tokens)."""
-    from lampe_eval.backends import vllm as vllm_module
     from lampe_eval.backends.plans import method_key_copies
+    from lampe_eval.backends.vllm import engine as vllm_module
 
     window = 256
     hf = HFBackend(dataclasses.replace(smollm2, pretraining_window=window))
@@ -386,7 +377,7 @@ def test_vllms_own_rope_scaling_gives_our_frequencies_and_attention_factor(name:
     from vllm.model_executor.layers.rotary_embedding import get_rope
 
     from lampe_eval.backends.rope_config import rope_base_from_config
-    from lampe_eval.backends.vllm_worker import frequency_table
+    from lampe_eval.backends.vllm.worker import frequency_table
 
     theta, dim, window = 1e5, 64, 8192
     config = AutoConfig.for_model(
@@ -428,7 +419,7 @@ def test_both_platform_backends_give_what_the_lampe_backend_reads(
     module: str, metadata: str, impl: str, builder: str
 ) -> None:
     """The CUDA backend has never run here (no GPU): its metadata, builder and forward must at least have
-    the shape the lampe attention reads on CPU (``vllm_attention.LampeMetadataBuilder``, which copies the
+    the shape the lampe attention reads on CPU (``vllm.attention.LampeMetadataBuilder``, which copies the
     metadata's fields into its subclass and prepares the pass from vLLM's common metadata,
     ``LampeAttentionImpl.forward`` and ``do_kv_cache_update``)."""
     import importlib

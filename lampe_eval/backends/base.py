@@ -241,6 +241,22 @@ class BaseBackend(abc.ABC):
     def describe(self) -> dict[str, Any]: ...
 
 
+class OwnWeightsBackend(BaseBackend):
+    """A backend whose engine loads the weights itself, or whose server holds them (``vllm``, ``openai``):
+    the worker loads only the tokenizer and config (prompts are built and counted with them), and requests
+    reach the engine as token ids."""
+
+    @classmethod
+    def load(
+        cls, model: str, settings: RunSettings, device: str | None, device_map: str | None
+    ) -> LoadedModel:
+        """The tokenizer and config (:func:`lampe_eval.models.load_for_engine`): the engine loads the
+        weights itself."""
+        from ..models import load_for_engine
+
+        return load_for_engine(model)
+
+
 def _check_backend(cls: type[BaseBackend]) -> None:
     if not (isinstance(cls, type) and issubclass(cls, BaseBackend)):
         raise TypeError(f"{cls!r}: a backend subclasses lampe_eval.backends.BaseBackend")
@@ -270,7 +286,7 @@ def family_refusal(name: str, config: Any, methods: Sequence[str]) -> str | None
 
 def nll_sums(logprobs: list[float], tail_from: int | None, seconds: float) -> TokenNLL:
     """Summed NLL (fp64) of tokens 1..L-1 from their log-probabilities, and of those at positions
-    >= ``tail_from`` (default the last quarter), as :func:`lampe_eval.backends.hf.chunked_nll_rows`
+    >= ``tail_from`` (default the last quarter), as :func:`lampe_eval.backends.hf.backend.chunked_nll_rows`
     counts them (the engines that return log-probabilities: vLLM, an endpoint)."""
     length = len(logprobs) + 1
     tail_from = length - length // 4 if tail_from is None else tail_from

@@ -47,10 +47,10 @@ from ..prompts import prompt_ids
 from ..settings import RunSettings
 from .base import (
     BACKENDS,
-    BaseBackend,
     Generation,
     GenerationRequest,
     NLLRequest,
+    OwnWeightsBackend,
     Placement,
     Request,
     TokenNLL,
@@ -83,7 +83,7 @@ class Endpoint:
 
 
 @BACKENDS.register("openai")
-class OpenAIBackend(BaseBackend):
+class OpenAIBackend(OwnWeightsBackend):
     """A client of OpenAI-compatible endpoints serving the model (see the module docstring)."""
 
     placement = Placement.REMOTE
@@ -154,15 +154,6 @@ class OpenAIBackend(BaseBackend):
         if served is None:
             return "rope", {}
         return str(served["method"]), dict(served.get("given") or {})
-
-    @classmethod
-    def load(
-        cls, model: str, settings: RunSettings, device: str | None, device_map: str | None
-    ) -> LoadedModel:
-        """The tokenizer and config (prompts are built and counted here); the server holds the weights."""
-        from ..models import load_for_engine
-
-        return load_for_engine(model)
 
     @classmethod
     def create(cls, lm: LoadedModel, settings: RunSettings) -> OpenAIBackend:

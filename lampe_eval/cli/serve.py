@@ -1,5 +1,5 @@
 """``lampe-eval serve``: a method-patched model behind vLLM's OpenAI-compatible API
-(:mod:`lampe_eval.backends.vllm_serve`)."""
+(:mod:`lampe_eval.backends.vllm.serve`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from ..lengths import parse_lengths
 from .common import fail, parse_key_values, say_error
 from .params import Dtype, ModelName, length_option, method_option, param_option
 
-GEN_ROOM = 64  # the server's (lampe_eval.backends.vllm_serve.GEN_ROOM, tested equal): not imported for --help
+GEN_ROOM = 64  # the server's (lampe_eval.backends.vllm.serve.GEN_ROOM, tested equal): not imported for --help
 
 
 def serve_command(
@@ -57,7 +57,7 @@ def serve_command(
     (then, e.g., curl localhost:8000/v1/completions -d '{"model": "smollm2-135m", "prompt": "Hi"}')
     """
     from ..backends.vllm import VLLMBackend
-    from ..backends.vllm_serve import ServeSettings, serve
+    from ..backends.vllm.serve import ServeSettings, serve
     from ..memory import GIB
     from ..methods.resolve import resolve_method
     from ..models import load_for_engine, resolve_source

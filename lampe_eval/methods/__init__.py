@@ -1,5 +1,5 @@
 """Context-extension methods behind one registry: position arithmetic and plans only (patching a model is
-a backend's business: :mod:`lampe_eval.backends.hf_patch`). Adding one: a module here; it registers on
+a backend's business: :mod:`lampe_eval.backends.hf.patch`). Adding one: a module here; it registers on
 import."""
 
 from ..registry import import_submodules

@@ -1,20 +1,16 @@
 """The ``vllm.general_plugins`` entry point (pyproject.toml): vLLM calls :func:`register` in each of its
 processes. It acts only in the engines lampe-eval's vLLM backend starts (``LAMPE_EVAL_VLLM=1``, set by
 :class:`lampe_eval.backends.vllm.VLLMBackend` and inherited by vLLM's processes): any other vLLM use of
-this environment is left alone. Light on purpose: vLLM resolves the class path only when it builds the
-model.
+this environment is left alone. Light on purpose: vLLM resolves the class path
+(:data:`.constants.ATTENTION_BACKEND`) only when it builds the model.
 """
 
 from __future__ import annotations
 
 import os
 
-from ..processes import die_with_parent
-
-BACKEND_PATH = "lampe_eval.backends.vllm_attention.LampeAttentionBackend"
-ENABLE = "LAMPE_EVAL_VLLM"
-KEY_COPIES = "LAMPE_EVAL_KEY_COPIES"  # rotated key copies per token the engine's paged cache holds
-BUDGET = "lampe_budget"  # SamplingParams.extra_args key: a request's budget (None: a prompt scored alone)
+from ...processes import die_with_parent
+from .constants import ATTENTION_BACKEND, ENABLE
 
 
 def register() -> None:
@@ -32,6 +28,6 @@ def register() -> None:
     from vllm.platforms import current_platform
     from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
 
-    register_backend(AttentionBackendEnum.CUSTOM, BACKEND_PATH)
+    register_backend(AttentionBackendEnum.CUSTOM, ATTENTION_BACKEND)
     if current_platform.is_cpu():
-        register_backend(AttentionBackendEnum.CPU_ATTN, BACKEND_PATH)
+        register_backend(AttentionBackendEnum.CPU_ATTN, ATTENTION_BACKEND)

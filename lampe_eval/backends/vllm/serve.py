@@ -1,9 +1,9 @@
 """``lampe-eval serve``: vLLM's OpenAI-compatible server (completions, chat completions, token-id prompts,
 ``echo`` + ``logprobs``, ``prompt_logprobs``, ``/tokenize``, ``/tokenizer_info``: whatever vLLM's server
 offers) with a method installed in every worker before the first request is taken. The engine is the one
-:class:`~.vllm.VLLMBackend` starts (same arguments, same environment, its keys in vLLM's paged cache), so a
+:class:`~.backend.VLLMBackend` starts (same arguments, same environment, its keys in vLLM's paged cache), so a
 served answer is the in-process backend's. Each request gets its own plan in the worker, from its prompt
-length and its ``max_tokens`` (:mod:`.vllm_attention`): requests arrive in any order, any number at once.
+length and its ``max_tokens`` (:mod:`.attention`): requests arrive in any order, any number at once.
 
 **``--len L`` means L** (:func:`length_refusal`): a prompt of more than L tokens, or a prompt plus
 ``max_tokens`` beyond L + the generation room (``--gen-room``), is an HTTP 400 naming L and the request's
@@ -29,9 +29,12 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
 
-from ..methods.base import Method
-from .plans import method_key_copies
-from .vllm import VLLMBackend, check_installed, model_length, vllm_version
+from ...methods.base import Method
+from ..plans import method_key_copies
+from .backend import VLLMBackend
+from .checks import check_installed, vllm_version
+from .constants import MIDDLEWARE
+from .engine import model_length
 
 INFO: dict[str, Any] = {}  # what GET /lampe answers (set before the server starts)
 GEN_ROOM = 64  # --gen-room's default: new tokens a prompt of --len tokens may still ask for
@@ -257,7 +260,7 @@ def serve(backend: VLLMBackend, method: Method, model: str, settings: ServeSetti
     for key, value in backend.engine_arguments(model_len).items():
         setattr(args, key, value)
     args.served_model_name = [settings.served_name or model]
-    args.middleware = [*args.middleware, f"{__name__}.lampe_http"]
+    args.middleware = [*args.middleware, MIDDLEWARE]
     args.enable_tokenizer_info_endpoint = True  # lm-eval's tokenizer_backend=remote asks GET /tokenizer_info
     args.api_key = [settings.api_key] if settings.api_key else None
     validate_parsed_serve_args(args)

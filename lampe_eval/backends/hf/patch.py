@@ -33,9 +33,9 @@ from typing import Any
 
 import torch
 
-from ..attention import AttentionPlan, segmented_attention
-from ..attention.engine import attend_rotated
-from ..attention.kv_cache import (
+from ...attention import AttentionPlan, segmented_attention
+from ...attention.engine import attend_rotated
+from ...attention.kv_cache import (
     Generation,
     GrowingCache,
     GrowingLayer,
@@ -43,11 +43,11 @@ from ..attention.kv_cache import (
     RotatedKeys,
     SideCopies,
 )
-from ..errors import LampeEvalError, UnsupportedModelError
-from ..families import AttentionFamily, attention_classes, family_of_layer, text_config
-from ..methods.base import Method, RopeBase
-from .plans import PlanCache
-from .rope_config import rope_base
+from ...errors import LampeEvalError, UnsupportedModelError
+from ...families import AttentionFamily, attention_classes, family_of_layer, text_config
+from ...methods.base import Method, RopeBase
+from ..plans import PlanCache
+from ..rope_config import rope_base
 
 log = logging.getLogger(__name__)
 

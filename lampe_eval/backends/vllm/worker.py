@@ -1,4 +1,4 @@
-"""What runs inside vLLM's worker process besides the attention backend (:mod:`.vllm_attention`): the
+"""What runs inside vLLM's worker process besides the attention backend (:mod:`.attention`): the
 functions that install a method into the loaded model, called by the main process through
 ``LLM.collective_rpc`` (:class:`LampeWorkerExtension`).
 
@@ -13,11 +13,11 @@ functions that install a method into the loaded model, called by the main proces
   their own): the patched layers' rotary embedding lets the query and key through un-rotated (in the
   Transformers backend: their position embeddings made cos 1, sin 0 by a hook), and their attention runs
   lampe-eval's engine over vLLM's paged cache, its keys rotated once per key copy
-  (:mod:`.vllm_attention`, the Hugging Face backend's arithmetic). Each sequence has its own plan, from
+  (:mod:`.attention`, the Hugging Face backend's arithmetic). Each sequence has its own plan, from
   its own request (LaMPE's mapping follows its prompt length). The engine must have been started for the
-  method's key copies (:func:`.vllm_attention.engine_key_copies`): install refuses otherwise.
+  method's key copies (:func:`.attention.engine_key_copies`): install refuses otherwise.
 
-What a method installs is kept on vLLM's ``Attention`` layers (:func:`.vllm_attention.patched_layer`):
+What a method installs is kept on vLLM's ``Attention`` layers (:func:`.attention.patched_layer`):
 uninstall puts back what they record.
 """
 
@@ -32,13 +32,13 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..errors import LampeEvalError
-from ..families import family_of_config
-from ..methods import METHODS
-from ..methods.base import FrequencyMethod, Method, RopeBase
-from .plans import PlanCache, method_key_copies
-from .rope_config import rope_base_from_config
-from .vllm_attention import (
+from ...errors import LampeEvalError
+from ...families import family_of_config
+from ...methods import METHODS
+from ...methods.base import FrequencyMethod, Method, RopeBase
+from ..plans import PlanCache, method_key_copies
+from ..rope_config import rope_base_from_config
+from .attention import (
     EngineLayer,
     LampeAttentionImpl,
     PatchedLayer,

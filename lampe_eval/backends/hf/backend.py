@@ -18,14 +18,14 @@ from typing import Any, TypeVar
 import torch
 import torch.nn.functional as F
 
-from ..attention import kernels
-from ..errors import LampeEvalError
-from ..memory import GIB, MemoryEstimate, device_memory, estimate, hf_key_rows
-from ..methods.base import Method, RopeBase
-from ..models import LoadedModel, default_device, parse_dtype
-from ..prompts import prompt_ids
-from ..settings import RunSettings
-from .base import (
+from ...attention import kernels
+from ...errors import LampeEvalError
+from ...memory import GIB, MemoryEstimate, device_memory, estimate, hf_key_rows
+from ...methods.base import Method, RopeBase
+from ...models import LoadedModel, default_device, parse_dtype
+from ...prompts import prompt_ids
+from ...settings import RunSettings
+from ..base import (
     BACKENDS,
     BaseBackend,
     Generation,
@@ -35,9 +35,9 @@ from .base import (
     Request,
     TokenNLL,
 )
-from .hf_patch import PatchHandle, apply_method, attention_family, attention_layers, new_cache
-from .rope_config import model_shape, rope_base
-from .text import eos_ids, finish
+from ..rope_config import model_shape, rope_base
+from ..text import eos_ids, finish
+from .patch import PatchHandle, apply_method, attention_family, attention_layers, new_cache
 
 R = TypeVar("R", GenerationRequest, NLLRequest)
 T = TypeVar("T", Generation, TokenNLL)
@@ -132,7 +132,7 @@ class HFBackend(BaseBackend):
     def load(
         cls, model: str, settings: RunSettings, device: str | None, device_map: str | None
     ) -> LoadedModel:
-        from ..models import load_model
+        from ...models import load_model
 
         return load_model(model, device=device, dtype=settings.dtype, device_map=device_map)
 

@@ -1,6 +1,6 @@
 """lampe-eval's vLLM attention backend (vLLM's ``CUSTOM`` backend, registered by
-:func:`lampe_eval.backends.vllm_plugin.register`): the platform's own (CPU attention, or FlashAttention on
-CUDA), except in the layers a position method patches (:mod:`.vllm_worker` installs it), where
+:func:`lampe_eval.backends.vllm.plugin.register`): the platform's own (CPU attention, or FlashAttention on
+CUDA), except in the layers a position method patches (:mod:`.worker` installs it), where
 lampe-eval's engine runs over vLLM's own paged cache (:mod:`lampe_eval.attention.paged`).
 
 * **Key copies inside vLLM's budget.** The engine is started for a number of rotated key copies
@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..attention import AttentionPlan
-from ..attention.paged import EngineKernel, PagedCache, PagedDecode, attend_paged, decode_shape
-from ..errors import LampeEvalError
-from .plans import PlanCache
-from .vllm_plugin import BUDGET, KEY_COPIES
+from ...attention import AttentionPlan
+from ...attention.paged import EngineKernel, PagedCache, PagedDecode, attend_paged, decode_shape
+from ...errors import LampeEvalError
+from ..plans import PlanCache
+from .constants import BUDGET, KEY_COPIES
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -59,7 +59,7 @@ def customize_spec(spec: AttentionSpec) -> AttentionSpec:
 
 def key_columns(device: torch.device | str) -> bool:
     """Whether the patched layers store a block's keys as columns (vLLM's CPU attention's layout, so that
-    its kernel can read a key copy: :mod:`.vllm_cpu_decode`) rather than rows (FlashAttention's, Triton's)."""
+    its kernel can read a key copy: :mod:`.cpu_decode`) rather than rows (FlashAttention's, Triton's)."""
     return torch.device(device).type == "cpu"
 
 
@@ -304,7 +304,7 @@ class LampeMetadataBuilder(_BaseBuilder):  # type: ignore[misc, valid-type]
         self._dtype = vllm_config.model_config.dtype
         self._kernel: EngineKernel | None = None
         if key_columns(device):  # vLLM's CPU attention reads the keys of a one-run decode batch
-            from .vllm_cpu_decode import cpu_decode_kernel
+            from .cpu_decode import cpu_decode_kernel
 
             self._kernel = cpu_decode_kernel(self._dtype, kv_cache_spec.block_size, kv_cache_spec.head_size_v)
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..attention.paged import EngineRows, PagedCache
+from ...attention.paged import EngineRows, PagedCache
 
 
 @dataclass
