@@ -24,6 +24,7 @@ from lampe_eval.backends.hf import HFBackend  # noqa: E402
 from lampe_eval.backends.vllm import VLLMBackend  # noqa: E402
 from lampe_eval.cli import app  # noqa: E402
 from lampe_eval.methods import METHODS  # noqa: E402
+from lampe_eval.methods.base import Method  # noqa: E402
 from lampe_eval.methods.resolve import resolve_method  # noqa: E402
 from lampe_eval.models import load_for_engine  # noqa: E402
 from tests.helpers.vllm_agreement import LOGPROB_TOLERANCE, hf_prompt_logprobs  # noqa: E402
@@ -98,7 +99,14 @@ def test_every_method_gives_the_hf_backends_tokens_and_logprobs(
     name: str, hf: HFBackend, vllm_backend: VLLMBackend, kjv_ids: list[int]
 ) -> None:
     method = resolve_method(name, WINDOW, PROMPT, base=hf.rope_base()).method
-    prompt = kjv_ids[:PROMPT]
+    assert_backends_agree(hf, vllm_backend, method, kjv_ids[:PROMPT])
+    _check_capacity(vllm_backend)
+
+
+def assert_backends_agree(
+    hf: HFBackend, vllm_backend: VLLMBackend, method: Method, prompt: list[int]
+) -> None:
+    """The vLLM backend's greedy tokens and prompt log-probabilities are the HF backend's with ``method``."""
     request = GenerationRequest("", NEW_TOKENS, input_ids=tuple(prompt))
     with hf.install(method):
         expected = hf.generate([request])[0]
@@ -107,7 +115,6 @@ def test_every_method_gives_the_hf_backends_tokens_and_logprobs(
         got = vllm_backend.generate([request])[0]
         got_logprobs = torch.tensor(vllm_backend.prompt_logprobs(prompt))
     assert (got_logprobs - expected_logprobs).abs().max().item() < LOGPROB_TOLERANCE
-    _check_capacity(vllm_backend)
     assert_same_greedy_tokens(hf, method, prompt, expected.token_ids, got.token_ids)
 
 
@@ -117,16 +124,7 @@ def test_selfextend_logistic_gives_the_hf_backends_tokens_and_logprobs(
     """SELF (``variant=logistic``: groups growing along a logistic) on both backends, as every method."""
     params = {"variant": "logistic", "group_size": 8, "window": 128, "rate": 0.1}
     method = resolve_method("selfextend", WINDOW, PROMPT, base=hf.rope_base(), params=params).method
-    prompt = kjv_ids[:PROMPT]
-    request = GenerationRequest("", NEW_TOKENS, input_ids=tuple(prompt))
-    with hf.install(method):
-        expected = hf.generate([request])[0]
-        expected_logprobs = hf_prompt_logprobs(hf, prompt)
-    with vllm_backend.install(method):
-        got = vllm_backend.generate([request])[0]
-        got_logprobs = torch.tensor(vllm_backend.prompt_logprobs(prompt))
-    assert (got_logprobs - expected_logprobs).abs().max().item() < LOGPROB_TOLERANCE
-    assert_same_greedy_tokens(hf, method, prompt, expected.token_ids, got.token_ids)
+    assert_backends_agree(hf, vllm_backend, method, kjv_ids[:PROMPT])
 
 
 def test_infoscale_on_a_frequency_method_runs_through_the_engine(
