@@ -9,6 +9,9 @@ from typing import Any
 
 # The backend a run uses unless told otherwise; records of schema 1 predate backends and were made by it.
 DEFAULT_BACKEND = "hf"
+# ``lampe-eval serve --gen-room``'s default: new tokens a prompt of --len tokens may still ask for (kept here,
+# not in the server's module, so the command's --help imports no engine)
+SERVE_GEN_ROOM = 64
 
 
 @dataclass(frozen=True)

@@ -392,7 +392,10 @@ def test_lm_evals_local_completions_gets_what_lm_eval_gets_in_process(server, qw
 
 
 def test_serves_gen_room_default_is_the_one_its_help_shows():
-    from lampe_eval.backends.vllm import serve as vllm_serve
-    from lampe_eval.cli import serve
+    import inspect
 
-    assert serve.GEN_ROOM == vllm_serve.GEN_ROOM
+    from lampe_eval.backends.vllm.serve import ServeSettings
+    from lampe_eval.cli.serve import serve_command
+
+    option = inspect.signature(serve_command).parameters["gen_room"].default
+    assert option.default == ServeSettings().gen_room == 64

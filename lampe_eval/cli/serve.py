@@ -9,10 +9,9 @@ import typer
 
 from ..errors import LampeEvalError
 from ..lengths import parse_lengths
+from ..settings import SERVE_GEN_ROOM
 from .common import fail, parse_key_values, say_error
 from .params import Dtype, ModelName, length_option, method_option, param_option
-
-GEN_ROOM = 64  # the server's (lampe_eval.backends.vllm.serve.GEN_ROOM, tested equal): not imported for --help
 
 
 def serve_command(
@@ -26,7 +25,7 @@ def serve_command(
         ),
     ] = None,
     gen_room: int = typer.Option(
-        GEN_ROOM,
+        SERVE_GEN_ROOM,
         "--gen-room",
         help="New tokens a prompt of --len tokens may still ask for: prompt + max_tokens <= --len + this.",
     ),

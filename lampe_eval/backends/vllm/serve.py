@@ -30,6 +30,7 @@ from http import HTTPStatus
 from typing import Any
 
 from ...methods.base import Method
+from ...settings import SERVE_GEN_ROOM
 from ..plans import method_key_copies
 from .backend import VLLMBackend
 from .checks import check_installed, vllm_version
@@ -37,7 +38,6 @@ from .constants import MIDDLEWARE
 from .engine import model_length
 
 INFO: dict[str, Any] = {}  # what GET /lampe answers (set before the server starts)
-GEN_ROOM = 64  # --gen-room's default: new tokens a prompt of --len tokens may still ask for
 # vLLM's serving modules that size a request's max_tokens (``get_max_tokens``): the length check wraps it
 MAX_TOKENS_USERS = (
     "vllm.entrypoints.openai.completion.serving",
@@ -52,7 +52,7 @@ class ServeSettings:
     host: str = "127.0.0.1"
     port: int = 8000
     max_len: int = 8192  # --len: the longest prompt served
-    gen_room: int = GEN_ROOM  # prompt + max_tokens may reach max_len + gen_room
+    gen_room: int = SERVE_GEN_ROOM  # prompt + max_tokens may reach max_len + gen_room
     api_key: str | None = None
     served_name: str | None = None  # the model's name in the API (default: the --model given)
     given: dict[str, str] = field(default_factory=dict)  # the -p parameters, as given
