@@ -192,3 +192,19 @@ def test_no_benchmark_imports_another_benchmark():
             if other is not None and other != owner:
                 found.append(f"{module} imports {target}")
     assert not found, found
+
+
+MAX_MODULE_LINES = 500  # the architecture's rule: a module past it is split by concern
+
+
+def test_no_module_is_over_500_lines():
+    """No ``.py`` module of the package or of ``perf/`` holds more than :data:`MAX_MODULE_LINES` lines."""
+    root = PACKAGE.parent
+    modules = [path for folder in (PACKAGE, root / "perf") for path in sorted(folder.rglob("*.py"))]
+    assert len(modules) > 100  # the walk found the package
+    too_long = [
+        f"{path.relative_to(root).as_posix()}: {lines} lines"
+        for path in modules
+        if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    ]
+    assert not too_long, f"modules over {MAX_MODULE_LINES} lines (split each by concern): {too_long}"

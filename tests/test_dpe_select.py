@@ -17,21 +17,17 @@ from lampe_eval.method_configs import params_from_config
 from lampe_eval.methods import resolve_method
 from lampe_eval.models import LoadedModel
 from lampe_eval.testing import tiny_llama
-from lampe_eval.tools.dpe_select import (
+from lampe_eval.tools.dpe_dimensions import DimensionSelection, pair_norms, qk_contribution, top_dimensions
+from lampe_eval.tools.dpe_grid import (
     DetectionGrid,
-    DimensionSelection,
     Probe,
-    SelectReport,
     base_factor,
     choose_factors,
-    config_document,
     detection_factors,
     equal_groups,
-    pair_norms,
-    qk_contribution,
     score_table,
-    top_dimensions,
 )
+from lampe_eval.tools.dpe_report import SelectReport, config_document
 
 
 @pytest.fixture
@@ -143,7 +139,7 @@ def _report() -> SelectReport:
 
 
 def test_the_config_round_trips_into_a_valid_dpe_method(tmp_path):
-    from lampe_eval.tools.dpe_select import write_config
+    from lampe_eval.tools.dpe_report import write_config
 
     report = _report()
     assert report.scale_factors == [1, 1, 1, 1]
@@ -243,7 +239,8 @@ def test_the_command_end_to_end_on_a_tiny_model(tmp_path, monkeypatch, one_threa
 
 def test_what_the_tool_sets_or_the_backend_cannot_do_is_one_line_before_any_load(monkeypatch, tmp_path):
     import lampe_eval.models
-    from lampe_eval.tools.dpe_select import SelectRequest, run_select
+    from lampe_eval.tools.dpe_request import SelectRequest
+    from lampe_eval.tools.dpe_select import run_select
 
     monkeypatch.setattr(lampe_eval.models, "load_model", lambda *a, **k: pytest.fail("loaded a model"))
     monkeypatch.setattr(lampe_eval.models, "load_for_engine", lambda *a, **k: pytest.fail("loaded a model"))

@@ -345,7 +345,7 @@ def sample_data(page: str) -> dict:
 
 def test_the_sample_budget_keeps_the_most_informative_samples_of_every_cell(tmp_path):
     from lampe_eval.report.data import load_records
-    from lampe_eval.report.html import choose_samples, row_bytes
+    from lampe_eval.report.html_samples import choose_samples, row_bytes
 
     store = write_grid_store(tmp_path / "grid", ("rope", "lampe"), (4096, 8192), GRID_TASKS[:3], samples=60)
     records = load_records([store])

@@ -15,7 +15,7 @@ from lampe_eval.benchmarks import get_benchmark
 from lampe_eval.benchmarks.base import SampleContext
 from lampe_eval.benchmarks.ruler import generate_samples
 from lampe_eval.benchmarks.ruler.benchmark import TaskData
-from lampe_eval.benchmarks.ruler.generators import needle_depths
+from lampe_eval.benchmarks.ruler.generator_base import needle_depths
 from lampe_eval.cli import app
 from lampe_eval.errors import MissingDataError
 from lampe_eval.models import LoadedModel

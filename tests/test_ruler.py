@@ -499,7 +499,7 @@ def test_cache_lines_may_hold_unicode_line_separators(tmp_path: Path) -> None:
 def test_variable_names_are_never_the_keyword() -> None:
     import random
 
-    from lampe_eval.benchmarks.ruler.generators import _random_name
+    from lampe_eval.benchmarks.ruler.variable_tracking import _random_name
 
     class Scripted(random.Random):
         """Draws V, A, R first, then B, C, D."""

@@ -32,8 +32,10 @@ import pytest
 
 from lampe_eval.benchmarks.ruler import RulerBenchmark, generate_samples
 from lampe_eval.benchmarks.ruler.config import TaskConfig, load_config
-from lampe_eval.benchmarks.ruler.generators import DOCUMENT, NEEDLE, GenEnv, NiahGenerator, _NiahState
+from lampe_eval.benchmarks.ruler.generator_base import GenEnv
 from lampe_eval.benchmarks.ruler.haystack import DEPTHS, EssayHaystack, read_essay, sentence_splitter
+from lampe_eval.benchmarks.ruler.niah import NEEDLE, NiahGenerator, _NiahState
+from lampe_eval.benchmarks.ruler.qa import DOCUMENT
 from lampe_eval.benchmarks.ruler.qa_data import QAData, read_qa
 from lampe_eval.benchmarks.ruler.sources import (
     PACKAGE,

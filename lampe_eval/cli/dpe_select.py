@@ -67,7 +67,8 @@ def dpe_select_command(
 
     Example: lampe-eval dpe-select --model smollm2-135m --len 10k --groups 4 --samples 1
     """
-    from ..tools.dpe_select import SelectRequest, run_select
+    from ..tools.dpe_request import SelectRequest
+    from ..tools.dpe_select import run_select
 
     try:
         request = SelectRequest(

@@ -44,7 +44,7 @@ def import_command(
 
     Example: lampe-eval import pred/vt.jsonl --bench ruler --task vt --len 4k -m M --method rope
     """
-    from ..runner.experiment import import_plugins
+    from ..runner.checks import import_plugins
     from ..tools.imports import ImportRequest, describe_job, import_predictions
 
     try:

@@ -81,7 +81,7 @@ def report_command(
     """
     from ..report import BootstrapSettings, build_report
     from ..report.effective import parse_threshold
-    from ..runner.experiment import import_plugins
+    from ..runner.checks import import_plugins
 
     formats = split_list([fmt])
     try:

@@ -26,7 +26,7 @@ def rescore_command(
 
     Example: lampe-eval rescore results/imported
     """
-    from ..runner.experiment import import_plugins
+    from ..runner.checks import import_plugins
     from ..tools.rescore import rescore_store
 
     try:

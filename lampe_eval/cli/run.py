@@ -209,7 +209,7 @@ def _served_method(
 
 def _prepare(spec: ExperimentSpec, settings: RunSettings) -> tuple[Experiment, ResultStore]:
     """The experiment and its results store; warnings, and how many jobs and samples are already there."""
-    from ..runner.experiment import prepare_output
+    from ..runner.checks import prepare_output
     from ..runner.store import ResultStore
 
     exp = spec.build(settings)

@@ -46,7 +46,7 @@ def show_prompt_command(
     """
     from ..benchmarks.base import BENCHMARKS, SampleContext, options_by_benchmark
     from ..models import load_tokenizer
-    from ..runner.experiment import import_plugins
+    from ..runner.checks import import_plugins
 
     try:
         if index < 0 or (limit is not None and limit <= index):

@@ -102,7 +102,7 @@ def build_report(
     ``formats``: of :data:`REPORT_FORMATS` (those marked ``always`` are written anyway); ``bootstrap``:
     interval settings (None: no intervals); ``baseline``, ``highlight``: methods to present so instead of
     the declared ones; ``sample_bytes``: report.html's budget for embedded samples (default
-    :data:`~lampe_eval.report.html.SAMPLE_BYTES`); ``threshold``: the effective length's (None: each
+    :data:`~lampe_eval.report.html_samples.SAMPLE_BYTES`); ``threshold``: the effective length's (None: each
     benchmark's declared one); ``relative``: the relative effective length's fraction of the base score."""
     unknown = [f for f in formats if f not in REPORT_FORMATS]
     if unknown:

@@ -18,9 +18,10 @@ from typing import Any
 
 from ..errors import LampeEvalError
 from ..records import StoredSample
+from .checks import check_settings, prepare_output
 from .claims import Claims
 from .events import Event, Failed, Skipped, Stored
-from .experiment import Experiment, RunSettings, check_settings, prepare_output
+from .experiment import Experiment, RunSettings
 from .jobs import Job, WorkUnit, make_units
 from .pool import Handle, InlineHandle, ProcessHandle, drive
 from .store import ResultStore

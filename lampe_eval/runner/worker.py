@@ -88,7 +88,7 @@ class WorkerConfig:
 
 class Worker:
     def __init__(self, config: WorkerConfig, name: str = "worker-0") -> None:
-        from .experiment import import_plugins
+        from .checks import import_plugins
 
         self.config = config
         self.name = name

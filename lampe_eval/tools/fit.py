@@ -315,7 +315,7 @@ def run_fit(
     checked before the model loads."""
     from ..methods import resolve_method
     from ..models import resolve_source
-    from ..runner.experiment import check_settings, prepare_output
+    from ..runner.checks import check_settings, prepare_output
     from ..runner.store import RECORDS_FILE
 
     sweep = request.sweep()

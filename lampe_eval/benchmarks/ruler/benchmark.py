@@ -38,7 +38,8 @@ from ..predictions import PredictionFile
 from ..sample_cache import cached_lines, tokenizer_fingerprint
 from .config import TaskConfig, load_config
 from .fitting import TooShortError, fit_to_budget
-from .generators import GENERATOR_CLASSES, GenEnv, Generator
+from .generator_base import GenEnv, Generator
+from .generators import GENERATOR_CLASSES
 from .haystack import HAYSTACK_VERSION, read_essay, sentence_splitter
 from .qa_data import read_qa
 from .scoring import METRIC_FNS, answer_text, postprocess
@@ -276,7 +277,7 @@ class RulerBenchmark(Benchmark):
             prompt="input",
         ),
     )
-    depth_key = "needle_depths"  # the NIAH tasks' answer needles (generators.py)
+    depth_key = "needle_depths"  # the NIAH tasks' answer needles (niah.py)
     # RULER's effective length: the largest length whose 13-task average exceeds Llama-2-7B's score at 4K
     effective_length_threshold = 85.6
 
