@@ -3,8 +3,10 @@
 Every module that needs a fact of a transformers config (its heads, its RoPE, its window, its layers)
 reads it here: the families, the memory estimate, the backends' RoPE and the vLLM engine's tensor-parallel
 split. Plain reading, no torch and no transformers: a config is any object with the usual attributes (a
-``PretrainedConfig``, a test's stand-in). Methods never read a config: what they need (the heads) comes
-to them on :class:`~lampe_eval.methods.base.RopeBase`, which the backends fill from these facts.
+``PretrainedConfig``, a test's stand-in). Methods never read a config: what they need (the heads, the global
+layers' RoPE parameters) comes to them on :class:`~lampe_eval.methods.base.RopeBase`, filled from these
+facts (``RopeBase.from_facts``). ``tests/test_model_facts_guard.py`` keeps other modules off raw config
+reads.
 
 Lenient by design: a fact the config does not state is 0 (or empty), and the reader that needs it says so.
 """

@@ -6,13 +6,19 @@ norms, scale and projections are the library's, not ours; identity mappings give
 logits; cached greedy decoding equals decoding without a cache; what a family cannot run exactly is
 refused in one line."""
 
+import dataclasses
+import importlib
+import pkgutil
+import types
+
 import pytest
 import torch
 
+from lampe_eval import families
 from lampe_eval.backends.hf.patch import apply_method
 from lampe_eval.backends.rope_config import rope_base
-from lampe_eval.errors import UnsupportedModelError
-from lampe_eval.families import family_of_config
+from lampe_eval.errors import UnknownNameError, UnsupportedModelError
+from lampe_eval.families import AttentionFamily, family_of_config, llama, qwen3
 from lampe_eval.methods import METHODS, create_method
 from lampe_eval.testing import FAMILY_EXAMPLES, tiny_llama
 from tests.helpers.families import LENGTH, WINDOW, logits, oracle_logits, tiny
@@ -28,6 +34,38 @@ def ids():
 def test_the_registry_knows_each_family():
     for model_type in ["llama", "mistral", "qwen2", *FAMILIES]:
         assert family_of_config(tiny(model_type).config) is not None, model_type
+
+
+def test_each_family_module_registers_its_families_on_import():
+    """No list to edit: every ``AttentionFamily`` a module of ``lampe_eval/families`` defines is in the
+    registry (the package imports its modules), and nothing else is."""
+    defined = {}
+    for info in pkgutil.iter_modules(families.__path__):
+        module = importlib.import_module(f"{families.__name__}.{info.name}")
+        defined.update({id(v): v for v in vars(module).values() if isinstance(v, AttentionFamily)})
+    assert len(defined) == len(families.FAMILIES.names()) >= 9
+    assert all(families.FAMILIES.get(family.name) is family for family in defined.values())
+
+
+def test_the_family_registry_refuses_like_every_registry():
+    """A name twice, a class or a model type another family claims (which family a layer belongs to never
+    depends on the order of imports), something not a family: refused, nothing registered; an unknown name
+    is one line with the closest known one."""
+    registry, before = families.FAMILIES, families.FAMILIES.names()
+    with pytest.raises(ValueError, match="model family 'llama' registered twice"):
+        registry.add(llama.FAMILY)
+    mixtral = dataclasses.replace(llama.FAMILY, name="x", classes=("MixtralAttention",), model_types=("x",))
+    with pytest.raises(ValueError, match="claims MixtralAttention, which model family 'llama' claims"):
+        registry.add(mixtral)
+    qwen3_moe = dataclasses.replace(qwen3.FAMILY, name="x", classes=("X",), model_types=("qwen3_moe",))
+    with pytest.raises(ValueError, match="claims qwen3_moe, which model family 'qwen3'"):
+        registry.add(qwen3_moe)
+    with pytest.raises(TypeError, match="a model family is a lampe_eval.families.AttentionFamily"):
+        registry.add(types.SimpleNamespace(name="mine"))
+    assert registry.names() == before
+    with pytest.raises(UnknownNameError, match="unknown model family 'lama'; did you mean llama") as unknown:
+        registry.get("lama")
+    assert "\n" not in str(unknown.value)
 
 
 @pytest.mark.parametrize("model_type", ["llama", *FAMILIES])

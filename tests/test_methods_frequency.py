@@ -2,6 +2,7 @@
 with a model's own rope scaling (a tiny config carrying Llama-3.1's ``llama3``, one carrying ``longrope``)."""
 
 import copy
+import dataclasses
 import math
 
 import pytest
@@ -14,6 +15,7 @@ from lampe_eval.errors import LampeEvalError
 from lampe_eval.methods import METHODS, RopeBase, create_method
 from lampe_eval.methods.frequency import plain_frequencies
 from lampe_eval.methods.longrope import yarn_ramp
+from lampe_eval.model_facts import ModelFacts
 from tests.helpers.frequency import DIM, LLAMA3, THETA, WINDOW, llama3_twin, logits, plain_llama, twin
 
 
@@ -99,7 +101,7 @@ def test_llama3_on_a_llama3_8b_shape_gives_llama3_1_frequencies():
         rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
     )  # fmt: skip
     plain_inv = plain_frequencies(500000.0, 128)
-    base = RopeBase(inv_freq=plain_inv, attention_scaling=1.0, window=8192, head_dim=128, config=config)
+    base = RopeBase.from_facts(ModelFacts.from_config(config), plain_inv, 1.0)
     inv_freq, attention = create_method("llama3", 8192, None, factor=8.0).frequencies(base, 100)
     llama31 = copy.deepcopy(config)
     llama31.rope_parameters = {"rope_type": "llama3", "rope_theta": 500000.0, **LLAMA3}
@@ -187,8 +189,10 @@ def test_rope_type_methods_refuse_to_drop_the_model_s_own_scaling(llama3_model, 
     assert "\n" not in message and "'llama3'" in message and "model_scaling=replace" in message
     # asked explicitly, they replace it: the same frequencies as on the plain model
     replaced = create_method(name, 1024, 2048, model_scaling="replace")
-    plain_base = copy.deepcopy(rope_base(llama3_model))
-    plain_base.config.rope_parameters = {"rope_type": "default", "rope_theta": THETA}
+    # the methods read the RopeBase's facts, not its config (which still says llama3)
+    plain_base = dataclasses.replace(
+        rope_base(llama3_model), rope_parameters={"rope_type": "default", "rope_theta": THETA}
+    )
     assert torch.equal(
         replaced.frequencies(rope_base(llama3_model), 20)[0],
         create_method(name, 1024, 2048).frequencies(plain_base, 20)[0],

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import torch
 from transformers import AutoConfig
 
 from lampe_eval.backends.rope_config import rope_base_from_config
 from lampe_eval.memory import ModelShape
+from lampe_eval.methods import RopeBase, create_method
+from lampe_eval.methods.frequency import ntk_theta, plain_frequencies
 from lampe_eval.model_facts import ModelFacts
 from lampe_eval.testing import FAMILY_EXAMPLES, shaped_config
 
@@ -72,3 +75,20 @@ def test_a_multimodal_configs_facts_are_its_text_models():
 def test_the_rope_base_carries_the_heads_the_methods_read():
     base = rope_base_from_config(shaped_config(**SHAPE))
     assert (base.heads, base.kv_heads, base.head_dim, base.window) == (8, 2, 16, 512)
+
+
+def test_the_rope_base_carries_the_global_layers_rope_the_frequency_methods_read():
+    """Gemma 3's RopeBase: the full-attention layers' RoPE parameters (base 10000, not the local layers'
+    500) from ModelFacts; its config stays the model's own (one set per layer type), and a frequency method
+    computes from the facts."""
+    gemma3 = shaped_config(**{**SHAPE, "model_type": "gemma3_text", **FAMILY_EXAMPLES["gemma3_text"]})
+    base = rope_base_from_config(gemma3)
+    assert dict(base.rope_parameters) == {"rope_type": "default", "rope_theta": 10000.0}
+    assert (base.theta, base.rope_type) == (10000.0, "default")
+    assert set(base.config.rope_parameters) == {"full_attention", "sliding_attention"}
+    inv_freq, attention = create_method("ntk", 512, None, factor=2.0).frequencies(base, 100)
+    assert torch.equal(inv_freq, plain_frequencies(ntk_theta(10000.0, 2.0, 16), 16)) and attention == 1.0
+    # YaRN through transformers' own function: the same as on a one-RoPE model of base 10000
+    yarn = create_method("yarn", 512, 1024)
+    plain = RopeBase.plain(512, heads=8, kv_heads=2, head_dim=16, theta=10000.0)
+    assert torch.equal(yarn.frequencies(base, 100)[0], yarn.frequencies(plain, 100)[0])

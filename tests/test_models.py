@@ -1,5 +1,9 @@
 import json
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,6 +18,20 @@ from lampe_eval.models import (
     resolve_source,
 )
 from lampe_eval.testing import tiny_llama
+
+
+def test_importing_the_models_imports_neither_torch_nor_transformers():
+    """The presets and sources (what the CLI's help and the planners read) load no torch: torch and
+    transformers are imported where a model, a tokenizer or a config loads."""
+    code = (
+        "import sys, lampe_eval.models, lampe_eval.models.presets\n"
+        "from lampe_eval.models import PRESETS, load_model, parse_dtype\n"
+        "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'torch or transformers'"
+    )
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
 
 
 def test_presets_have_windows():

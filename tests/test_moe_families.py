@@ -12,12 +12,11 @@ import dataclasses
 import pytest
 import torch
 
-from lampe_eval import families
 from lampe_eval.backends.hf.patch import apply_method, attention_layers
 from lampe_eval.families import base as family_base
 from lampe_eval.families import family_of_config, llama, qwen3
 from lampe_eval.methods import create_method
-from tests.helpers.families import LENGTH, WINDOW, logits, oracle_logits, tiny
+from tests.helpers.families import LENGTH, WINDOW, family_replaced, logits, oracle_logits, tiny
 
 MOE = ["qwen3_moe", "mixtral", "qwen2_moe"]
 DENSE_FAMILY = {"qwen3_moe": qwen3.FAMILY, "mixtral": llama.FAMILY, "qwen2_moe": llama.FAMILY}
@@ -77,9 +76,7 @@ def test_the_oracle_catches_a_qwen3_moe_patched_without_its_per_head_norms(ids, 
     method = create_method("dca", WINDOW, LENGTH)
     reference = oracle_logits(net, method, ids, monkeypatch)
     wrong = dataclasses.replace(qwen3.FAMILY, project=family_base.separate_projections)
-    swapped = tuple(wrong if f is qwen3.FAMILY else f for f in families.FAMILIES)
-    monkeypatch.setattr(families, "FAMILIES", swapped)
-    with apply_method(net, method):
+    with family_replaced(wrong), apply_method(net, method):
         patched = logits(net, ids)
     assert (patched - reference).abs().max() > 1e-2 * reference.abs().max()
 

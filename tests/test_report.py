@@ -495,26 +495,39 @@ def test_report_import_gives_a_plugin_benchmark_its_declared_direction(tmp_path)
     assert missing.exit_code != 0 and "cannot import no_such_module_x" in missing.output
 
 
-def test_report_import_registers_a_format_of_its_own(store, tmp_path):
+def test_report_import_registers_a_format_of_its_own(store, tmp_path, monkeypatch):
+    """docs/reports.md's format module as written: saved as ``myformats.py`` in a directory on the Python
+    path, imported with ``--import myformats``; afterwards forgotten (no other test sees its format)."""
+    import re
     import sys
 
     from lampe_eval.report import REPORT_FORMATS
 
+    page = (Path(__file__).resolve().parents[1] / "docs" / "reports.md").read_text()
+    files = dict(re.findall(r"<!-- file: (\S+) -->\n```python\n(.*?)```", page, flags=re.S))
+    assert set(files) == {"myformats.py"}
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "myformats.py").write_text(files["myformats.py"])
+    monkeypatch.syspath_prepend(str(plugins))
     args = ["report", str(store), "--no-plots", "--resamples", "0"]
-    if "tests.reportformat" not in sys.modules:  # (a session that imported it knows it already)
+    try:
         unknown = CliRunner().invoke(app, [*args, "--format", "scores-json", "--out", str(tmp_path / "x")])
         assert unknown.exit_code != 0 and "bad --format 'scores-json'" in unknown.output, unknown.output
-    out = tmp_path / "out"
-    imports = ["--import", "tests.reportformat"]
-    result = CliRunner().invoke(app, [*args, "--format", "md,scores-json", "--out", str(out), *imports])
-    assert result.exit_code == 0, result.output
-    assert "| method |" in result.output and "scores.json" in result.output
-    rows = json.loads((out / "scores.json").read_text())
-    assert {(r["method"], r["task"]) for r in rows} >= {("rope", "pg19"), ("lampe", "alpha")}
-    assert (out / "tables.md").exists() and (out / "leaderboard.csv").exists()
-    assert "scores-json" in REPORT_FORMATS.names() and REPORT_FORMATS.names()[:5] == [
-        "md", "latex", "csv", "leaderboard", "html"
-    ]  # fmt: skip
+        out = tmp_path / "out"
+        imports = ["--import", "myformats"]
+        result = CliRunner().invoke(app, [*args, "--format", "md,scores-json", "--out", str(out), *imports])
+        assert result.exit_code == 0, result.output
+        assert "| method |" in result.output and "scores.json" in result.output
+        rows = json.loads((out / "scores.json").read_text())
+        assert {(r["method"], r["task"]) for r in rows} >= {("rope", "pg19"), ("lampe", "alpha")}
+        assert (out / "tables.md").exists() and (out / "leaderboard.csv").exists()
+        assert "scores-json" in REPORT_FORMATS.names() and REPORT_FORMATS.names()[:5] == [
+            "md", "latex", "csv", "leaderboard", "html"
+        ]  # fmt: skip
+    finally:
+        REPORT_FORMATS.remove("scores-json")
+        sys.modules.pop("myformats", None)
 
 
 def test_a_report_format_must_declare_its_files_and_writer():

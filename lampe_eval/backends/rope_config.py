@@ -1,6 +1,7 @@
 """A model's own RoPE (:class:`~lampe_eval.methods.base.RopeBase`, what methods resolve against), read from
 a loaded Hugging Face model or, for an engine that loads its own weights, from its config alone; what the
-config says (head dimension, heads, window) from :class:`~lampe_eval.model_facts.ModelFacts`."""
+config says (head dimension, heads, window, the global layers' RoPE parameters) from
+:class:`~lampe_eval.model_facts.ModelFacts`."""
 
 from __future__ import annotations
 
@@ -73,16 +74,7 @@ def _rope_base_of(rotary: Any, facts: ModelFacts, window: int | None) -> RopeBas
             f"{facts.model_type}: a rotary dimension of {inv_freq.numel() * 2} exceeds the head dimension "
             f"{head_dim}"
         )
-    family = family_of_config(config)
-    return RopeBase(
-        inv_freq=inv_freq,
-        attention_scaling=attention_scaling,
-        window=int(window or facts.window),
-        head_dim=head_dim,
-        config=family.global_config(config) if family else config,
-        heads=facts.heads,
-        kv_heads=facts.kv_heads,
-    )
+    return RopeBase.from_facts(facts, inv_freq, attention_scaling, window)
 
 
 @functools.lru_cache(maxsize=16)

@@ -3,14 +3,14 @@ config says, the families read from :mod:`lampe_eval.model_facts`)."""
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from ..model_facts import full_attention_layers, text_config
+from ..model_facts import ModelFacts, full_attention_layers, text_config
+from ..registry import InstanceRegistry
 
 # (layer, hidden states [B, n, hidden]) -> un-rotated query [B, Hq, n, D], key and value [B, Hkv, n, D]
 Projection = Callable[[Any, torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
@@ -33,7 +33,7 @@ def no_refusal(config: Any) -> str | None:
 
 
 def every_layer(config: Any) -> list[int]:
-    return list(range(config.num_hidden_layers))
+    return list(range(ModelFacts.from_config(config).layers))
 
 
 @dataclass(frozen=True)
@@ -46,9 +46,8 @@ class AttentionFamily:
     run a method exactly (one line), or None; ``global_layers``: the layers a method may change (Gemma 3's
     sliding-window layers never see a distance beyond their window: they keep their own attention);
     ``rotary``: the names of the model's rotary embedding attributes holding the global layers' inverse
-    frequencies and attention factor; ``rope_parameters``: the key of the global layers' RoPE parameters
-    in a config that keeps one set per layer type (None: one set for the model); ``output``: the layer's
-    output projection of the attention."""
+    frequencies and attention factor (their RoPE parameters: :attr:`ModelFacts.rope_parameters`);
+    ``output``: the layer's output projection of the attention."""
 
     name: str
     classes: tuple[str, ...]
@@ -57,7 +56,6 @@ class AttentionFamily:
     refusal: Callable[[Any], str | None] = no_refusal
     global_layers: Callable[[Any], list[int]] = every_layer
     rotary: tuple[str, str] = ("original_inv_freq", "attention_scaling")
-    rope_parameters: str | None = None
     output: Output = o_proj
 
     def changed_layers(self, config: Any, applied: range) -> list[int]:
@@ -65,16 +63,6 @@ class AttentionFamily:
         change (:attr:`global_layers`: local, sliding-window layers keep their own attention)."""
         allowed = set(self.global_layers(text_config(config)))
         return [i for i in applied if i in allowed]
-
-    def global_config(self, config: Any) -> Any:
-        """``config`` as the global layers see it: their RoPE parameters as the model's (what the frequency
-        methods read and compose with)."""
-        config = text_config(config)
-        if self.rope_parameters is None:
-            return config
-        flat = copy.deepcopy(config)
-        flat.rope_parameters = dict(config.rope_parameters[self.rope_parameters])
-        return flat
 
 
 def heads_first(x: torch.Tensor, head_dim: int) -> torch.Tensor:
@@ -118,8 +106,29 @@ def sliding_window_refusal(config: Any) -> str | None:
     keep their own attention (:func:`full_attention_layers`)."""
     if full_attention_layers(config):
         return None
-    window = getattr(config, "sliding_window", None)
+    facts = ModelFacts.from_config(config)
     return (
-        f"{config.model_type}: every layer is a sliding-window layer (window {window}), so no layer is left "
-        "for a method to change (only --method rope runs on it)"
+        f"{facts.model_type}: every layer is a sliding-window layer (window {facts.sliding_window}), so no "
+        "layer is left for a method to change (only --method rope runs on it)"
     )
+
+
+def _check_family(family: AttentionFamily) -> None:
+    """A family is an :class:`AttentionFamily` claiming classes and model types no other family claims, so
+    that which family a layer or a config belongs to never depends on the order of registration."""
+    if not isinstance(family, AttentionFamily):
+        raise TypeError(f"{family!r}: a model family is a lampe_eval.families.AttentionFamily")
+    for other in FAMILIES.values():
+        claimed = sorted(
+            ({*family.classes} & {*other.classes}) | ({*family.model_types} & {*other.model_types})
+        )
+        if claimed:
+            raise ValueError(
+                f"model family {family.name!r} claims {', '.join(claimed)}, which model family "
+                f"{other.name!r} claims already (FAMILIES.remove it first to replace it)"
+            )
+
+
+# Every family by name: each module of lampe_eval/families adds its own on import, a module of one's own
+# when --import (imports=) loads it.
+FAMILIES: InstanceRegistry[AttentionFamily] = InstanceRegistry("model family", check=_check_family)

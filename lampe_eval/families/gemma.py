@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import AttentionFamily, full_attention_layers, per_head_norms, separate_projections
+from ..model_facts import GLOBAL_LAYER_TYPE
+from .base import FAMILIES, AttentionFamily, full_attention_layers, per_head_norms, separate_projections
 
-GLOBAL = "full_attention"
+GLOBAL = GLOBAL_LAYER_TYPE  # the global layers' layer type, which names their rotary attributes
 
 
 def refusal(config: Any) -> str | None:
@@ -33,7 +34,6 @@ GEMMA3 = AttentionFamily(
     refusal=refusal,
     global_layers=full_attention_layers,
     rotary=(f"{GLOBAL}_original_inv_freq", f"{GLOBAL}_attention_scaling"),
-    rope_parameters=GLOBAL,
 )
 GEMMA2 = AttentionFamily(
     name="gemma2",
@@ -43,3 +43,5 @@ GEMMA2 = AttentionFamily(
     refusal=refusal,
     global_layers=full_attention_layers,
 )
+FAMILIES.add(GEMMA3)
+FAMILIES.add(GEMMA2)

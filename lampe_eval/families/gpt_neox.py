@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from .base import AttentionFamily, dense
+from .base import FAMILIES, AttentionFamily, dense
 
 
 def project(layer: Any, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -23,3 +23,4 @@ def project(layer: Any, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
 FAMILY = AttentionFamily(
     name="gpt_neox", classes=("GPTNeoXAttention",), model_types=("gpt_neox",), project=project, output=dense
 )
+FAMILIES.add(FAMILY)

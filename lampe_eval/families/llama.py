@@ -5,7 +5,13 @@ no norm before RoPE (the experts are the MLP, which no method touches); Qwen2's 
 
 from __future__ import annotations
 
-from .base import AttentionFamily, full_attention_layers, separate_projections, sliding_window_refusal
+from .base import (
+    FAMILIES,
+    AttentionFamily,
+    full_attention_layers,
+    separate_projections,
+    sliding_window_refusal,
+)
 
 FAMILY = AttentionFamily(
     name="llama",
@@ -15,3 +21,4 @@ FAMILY = AttentionFamily(
     refusal=sliding_window_refusal,
     global_layers=full_attention_layers,  # sliding-window layers keep their own attention
 )
+FAMILIES.add(FAMILY)

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from .base import AttentionFamily, heads_first
+from .base import FAMILIES, AttentionFamily, heads_first
 
 
 def project(layer: Any, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -18,3 +18,4 @@ def project(layer: Any, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
 
 
 FAMILY = AttentionFamily(name="olmo2", classes=("Olmo2Attention",), model_types=("olmo2",), project=project)
+FAMILIES.add(FAMILY)

@@ -5,8 +5,9 @@ biases, optional per-head LayerNorms ``q_layernorm``/``k_layernorm``), the first
 
 from __future__ import annotations
 
-from .base import AttentionFamily, dense, layer_norm_heads
+from .base import FAMILIES, AttentionFamily, dense, layer_norm_heads
 
 FAMILY = AttentionFamily(
     name="phi", classes=("PhiAttention",), model_types=("phi",), project=layer_norm_heads, output=dense
 )
+FAMILIES.add(FAMILY)

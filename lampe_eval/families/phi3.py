@@ -10,7 +10,8 @@ from typing import Any
 
 import torch
 
-from .base import AttentionFamily, heads_first
+from ..model_facts import ModelFacts
+from .base import FAMILIES, AttentionFamily, heads_first
 
 
 def project(layer: Any, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -23,9 +24,8 @@ def project(layer: Any, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
 
 
 def refusal(config: Any) -> str | None:
-    rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
-    kind = rope.get("rope_type", rope.get("type", "default")) if isinstance(rope, dict) else "default"
-    if kind not in ("default", None):
+    kind = ModelFacts.from_config(config).rope_type
+    if kind != "default":
         return (
             f"{config.model_type}: the model's own {kind!r} RoPE scaling (rope_scaling in its config.json) "
             "would sit under the method: use a checkpoint without it (e.g. the 4K Phi-3 models) or --method "
@@ -37,3 +37,4 @@ def refusal(config: Any) -> str | None:
 FAMILY = AttentionFamily(
     name="phi3", classes=("Phi3Attention",), model_types=("phi3",), project=project, refusal=refusal
 )
+FAMILIES.add(FAMILY)

@@ -5,7 +5,7 @@ touches): the key a method rotates and caches is the normalised one."""
 
 from __future__ import annotations
 
-from .base import AttentionFamily, full_attention_layers, per_head_norms, sliding_window_refusal
+from .base import FAMILIES, AttentionFamily, full_attention_layers, per_head_norms, sliding_window_refusal
 
 FAMILY = AttentionFamily(
     name="qwen3",
@@ -15,3 +15,4 @@ FAMILY = AttentionFamily(
     refusal=sliding_window_refusal,
     global_layers=full_attention_layers,  # sliding-window layers keep their own attention
 )
+FAMILIES.add(FAMILY)

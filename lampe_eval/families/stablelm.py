@@ -6,8 +6,9 @@
 
 from __future__ import annotations
 
-from .base import AttentionFamily, layer_norm_heads
+from .base import FAMILIES, AttentionFamily, layer_norm_heads
 
 FAMILY = AttentionFamily(
     name="stablelm", classes=("StableLmAttention",), model_types=("stablelm",), project=layer_norm_heads
 )
+FAMILIES.add(FAMILY)

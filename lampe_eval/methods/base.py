@@ -37,27 +37,65 @@ import torch
 from ..attention import AttentionPlan, Band, Segment
 from ..attention.rope import relative
 from ..errors import LampeEvalError, suggestion
+from ..model_facts import ModelFacts
 from ..options import parse_typed
 from ..registry import Registry
 
 
 @dataclass(frozen=True)
 class RopeBase:
-    """The model's own RoPE: inverse frequencies and the factor it multiplies cos/sin by."""
+    """The model's own RoPE: inverse frequencies and the factor it multiplies cos/sin by, with the facts of
+    its config the methods need (:meth:`from_facts`: from :class:`~lampe_eval.model_facts.ModelFacts`);
+    methods read these fields, never the config."""
 
     inv_freq: torch.Tensor  # [rotary_dim / 2], float32
     attention_scaling: float
     window: int  # pretraining window
     head_dim: int
-    config: Any = None  # the model config (frequency methods derive theirs from a copy)
+    # the decoder config, only as the object transformers' rope init functions take: frequency methods
+    # hand them a copy carrying the RoPE parameters they compute
+    config: Any = None
     heads: int = 0  # query heads (0: unknown; per-head positions need them: Ms-PoE)
     kv_heads: int = 0  # key heads
+    # the global layers' RoPE parameters (ModelFacts.rope_parameters: Gemma 3's full_attention set)
+    rope_parameters: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    @classmethod
+    def from_facts(
+        cls, facts: ModelFacts, inv_freq: torch.Tensor, attention_scaling: float, window: int | None = None
+    ) -> RopeBase:
+        """The RoPE of a model whose config says ``facts`` (``window``: the pretraining window, default the
+        config's)."""
+        return cls(
+            inv_freq=inv_freq,
+            attention_scaling=attention_scaling,
+            window=int(window or facts.window),
+            head_dim=facts.head_dim,
+            config=facts.text,
+            heads=facts.heads,
+            kv_heads=facts.kv_heads,
+            # their own rope_theta, else the one an older config states beside them (0.0: none)
+            rope_parameters={"rope_theta": facts.rope_theta, **facts.rope_parameters},
+        )
 
     @property
     def rotary_dim(self) -> int:
         """The dimensions of a head that turn: ``head_dim``, or fewer for a partial rotary model (GPT-NeoX
         style: StableLM, Phi-4-mini; ``attention/partial.py``)."""
         return 2 * self.inv_freq.numel()
+
+    @property
+    def theta(self) -> float:
+        """The global layers' RoPE base (``rope_theta``)."""
+        theta = self.rope_parameters.get("rope_theta")
+        if not theta:
+            raise LampeEvalError("the model's RoPE parameters state no rope_theta: frequency methods need it")
+        return float(theta)
+
+    @property
+    def rope_type(self) -> str:
+        """The model's own rope scaling of the global layers ("default" when it ships none)."""
+        return str(self.rope_parameters.get("rope_type") or "default")
 
     @classmethod
     def plain(
@@ -81,15 +119,7 @@ class RopeBase:
             rope_parameters={"rope_type": "default", "rope_theta": theta},
         )
         inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=device).float() / head_dim))
-        return cls(
-            inv_freq=inv_freq,
-            attention_scaling=1.0,
-            window=window,
-            head_dim=head_dim,
-            config=config,
-            heads=heads,
-            kv_heads=kv_heads,
-        )
+        return cls.from_facts(ModelFacts.from_config(config), inv_freq, 1.0, window)
 
 
 @dataclass

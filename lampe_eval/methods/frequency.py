@@ -39,44 +39,41 @@ def default_factor(window: int, target_length: int | None) -> float:
     return max(1.0, (target_length or window) / window)
 
 
-def _theta(base: RopeBase) -> float:
-    rope = base.config.rope_parameters
-    return float(rope["rope_theta"])
-
-
-def own_rope_type(base: RopeBase) -> str:
-    """The model's own rope type ("default" when it ships no scaling)."""
-    return str((base.config.rope_parameters or {}).get("rope_type", "default"))
-
-
 def plain_frequencies(theta: float, dim: int) -> torch.Tensor:
     """Unscaled RoPE, with transformers' arithmetic (``compute_default_rope_parameters``)."""
     return 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
 
 
+def _init_config(base: RopeBase, rope_parameters: Mapping[str, Any], max_positions: int | None = None) -> Any:
+    """What transformers' rope init functions take: a copy of the model's config carrying
+    ``rope_parameters`` (and ``max_positions`` as ``max_position_embeddings``; None: the model's own)."""
+    config = copy.deepcopy(base.config)
+    config.rope_parameters = dict(rope_parameters)
+    if max_positions is not None:
+        config.max_position_embeddings = max_positions
+    return config
+
+
 def own_frequencies(base: RopeBase, kv_len: int, theta: float | None = None) -> tuple[torch.Tensor, float]:
     """The model's own frequencies and attention factor, as transformers computes them for a sequence
     of ``kv_len`` tokens (its own rope type, e.g. llama3), optionally from another ``rope_theta``."""
-    theta = _theta(base) if theta is None else theta
-    rope_type = own_rope_type(base)
-    if rope_type == "default":
+    theta = base.theta if theta is None else theta
+    if base.rope_type == "default":
         return plain_frequencies(theta, base.rotary_dim), 1.0
-    config = copy.deepcopy(base.config)
-    config.rope_parameters = {**config.rope_parameters, "rope_theta": theta}
-    inv_freq, factor = ROPE_INIT_FUNCTIONS[rope_type](config, torch.device("cpu"), seq_len=kv_len)
+    config = _init_config(base, {**base.rope_parameters, "rope_theta": theta})
+    inv_freq, factor = ROPE_INIT_FUNCTIONS[base.rope_type](config, torch.device("cpu"), seq_len=kv_len)
     return inv_freq.float(), float(factor)
 
 
 def hf_frequencies(
-    base: RopeBase, rope_parameters: dict[str, Any], max_positions: int, seq_len: int | None = None
+    base: RopeBase, rope_parameters: dict[str, Any], max_positions: int | None, seq_len: int | None = None
 ):
-    """Run transformers' rope init function on a config copy carrying ``rope_parameters``."""
-    config = copy.deepcopy(base.config)
-    own = base.config.rope_parameters or {}
+    """Run transformers' rope init function on a config copy carrying ``rope_parameters`` (over the model's
+    ``rope_theta``) and ``max_positions`` (None: the model's own ``max_position_embeddings``)."""
+    own = base.rope_parameters
     # a partial rotary head keeps its rotary dimension (GPT-NeoX's configs hold it here alone)
     partial = {key: own[key] for key in ("partial_rotary_factor",) if key in own}
-    config.rope_parameters = {"rope_theta": _theta(base), **partial, **rope_parameters}
-    config.max_position_embeddings = max_positions
+    config = _init_config(base, {"rope_theta": base.theta, **partial, **rope_parameters}, max_positions)
     fn = ROPE_INIT_FUNCTIONS[rope_parameters["rope_type"]]
     inv_freq, factor = (
         fn(config, torch.device("cpu"), seq_len=seq_len) if seq_len else fn(config, torch.device("cpu"))
@@ -87,7 +84,7 @@ def hf_frequencies(
 def check_model_scaling(method: Any, base: RopeBase, also_composes_with: tuple[str, ...] = ()) -> None:
     """For a method that is a rope type itself: refuse a model with its own scaling unless
     ``model_scaling=replace`` (``also_composes_with``: own rope types the method does take over)."""
-    own = own_rope_type(base)
+    own = base.rope_type
     if method.model_scaling == KEEP and own not in ("default", *also_composes_with):
         raise LampeEvalError(
             f"{method.name}: this model ships its own {own!r} rope scaling, which {method.name} would "
@@ -101,7 +98,7 @@ def source_frequencies(
 ) -> tuple[torch.Tensor, float]:
     """What a frequency method changes: the model's own frequencies (``keep``) or plain RoPE (``replace``)."""
     if model_scaling == REPLACE:
-        return plain_frequencies(_theta(base) if theta is None else theta, base.rotary_dim), 1.0
+        return plain_frequencies(base.theta if theta is None else theta, base.rotary_dim), 1.0
     return own_frequencies(base, kv_len, theta)
 
 
@@ -151,7 +148,7 @@ class NTK(_Factor):
     summary = "NTK-aware base scaling theta * factor^(D/(D-2)) (static)"
 
     def frequencies(self, base: RopeBase, kv_len: int):
-        return self.source(base, kv_len, ntk_theta(_theta(base), self.factor, base.rotary_dim))
+        return self.source(base, kv_len, ntk_theta(base.theta, self.factor, base.rotary_dim))
 
 
 @METHODS.register("dynamic_ntk")
@@ -172,7 +169,7 @@ class DynamicNTK(_Factor):
             return self.source(base, kv_len)
         # transformers' _compute_dynamic_ntk_parameters, with max_position_embeddings = the window
         scale = (self.factor * kv_len / base.window) - (self.factor - 1)
-        return self.source(base, kv_len, ntk_theta(_theta(base), scale, base.rotary_dim))
+        return self.source(base, kv_len, ntk_theta(base.theta, scale, base.rotary_dim))
 
     def fixed_key_positions(self) -> bool:
         return False  # frequencies follow the length: cached keys are re-rotated every step

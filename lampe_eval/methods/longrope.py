@@ -29,7 +29,7 @@ import torch
 
 from ..errors import LampeEvalError
 from .base import METHODS, RopeBase
-from .frequency import KEEP, _Factor, _theta, check_model_scaling, hf_frequencies, own_rope_type
+from .frequency import KEEP, _Factor, check_model_scaling, hf_frequencies
 
 
 def yarn_ramp(dim: int, theta: float, window: int, beta_fast: float = 32.0, beta_slow: float = 1.0):
@@ -89,10 +89,11 @@ class LongRoPE(_Factor):
     def frequencies(self, base: RopeBase, kv_len: int):
         check_model_scaling(self, base, also_composes_with=("longrope",))
         half = base.rotary_dim // 2
-        if own_rope_type(base) == "longrope" and self.model_scaling == KEEP:
-            shipped = dict(base.config.rope_parameters)
+        max_positions: int | None
+        if base.rope_type == "longrope" and self.model_scaling == KEEP:
+            shipped = dict(base.rope_parameters)
             window = int(shipped.get("original_max_position_embeddings") or base.window)
-            params, max_positions = shipped, int(base.config.max_position_embeddings)
+            params, max_positions = shipped, None  # None: the model's own max_position_embeddings
         else:
             window = base.window
             params = {
@@ -101,7 +102,7 @@ class LongRoPE(_Factor):
                 "original_max_position_embeddings": window,
             }
             max_positions = int(window * self.factor)
-            ramp = yarn_ramp(base.rotary_dim, _theta(base), window)
+            ramp = yarn_ramp(base.rotary_dim, base.theta, window)
             params["short_factor"] = [1.0] * half
             params["long_factor"] = (1 + (self.factor - 1) * ramp).tolist()
         if self.short_factor is not None:

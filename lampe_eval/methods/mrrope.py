@@ -34,7 +34,7 @@ import torch
 
 from ..errors import LampeEvalError
 from .base import METHODS, RopeBase
-from .frequency import _Factor, _theta, check_model_scaling, plain_frequencies
+from .frequency import _Factor, check_model_scaling, plain_frequencies
 
 VARIANTS = ("uni", "pro")
 
@@ -96,11 +96,11 @@ class MrRoPE(_Factor):
 
     def exponents(self, base: RopeBase) -> torch.Tensor:
         dim = base.rotary_dim
-        low, high = correction_range(dim, _theta(base), base.window, self.beta_fast, self.beta_slow)
+        low, high = correction_range(dim, base.theta, base.window, self.beta_fast, self.beta_slow)
         return radix_exponents(dim // 2, low, high, self.variant)
 
     def frequencies(self, base: RopeBase, kv_len: int):
         check_model_scaling(self, base)
-        plain = plain_frequencies(_theta(base), base.rotary_dim).double()
+        plain = plain_frequencies(base.theta, base.rotary_dim).double()
         inv_freq = plain * torch.tensor(self.factor, dtype=torch.float64) ** -self.exponents(base)
         return inv_freq.float(), self.temperature()

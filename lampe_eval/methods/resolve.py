@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..model_facts import ModelFacts
 from .base import METHODS, Method, RopeBase, beyond_window_warning
 
 # window_base's stand-in model: plain RoPE, rope_theta 10000, head_dim 16 (positions do not depend on it)
@@ -59,15 +60,8 @@ def window_base(window: int) -> RopeBase:
     window; frequency methods compute frequencies for this stand-in)."""
     from .frequency import plain_frequencies
 
-    return RopeBase(
-        inv_freq=plain_frequencies(STAND_IN_THETA, STAND_IN_HEAD_DIM),
-        attention_scaling=1.0,
-        window=int(window),
-        head_dim=STAND_IN_HEAD_DIM,
-        config=_stand_in_config(int(window)),
-        heads=STAND_IN_HEADS,
-        kv_heads=STAND_IN_HEADS,
-    )
+    facts = ModelFacts.from_config(_stand_in_config(int(window)))
+    return RopeBase.from_facts(facts, plain_frequencies(STAND_IN_THETA, STAND_IN_HEAD_DIM), 1.0, int(window))
 
 
 def explicit_params(

@@ -11,9 +11,7 @@ import importlib.metadata
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from ..errors import LampeEvalError, MissingDataError, UnsupportedModelError
 from ..model_facts import ModelFacts
@@ -27,6 +25,9 @@ from .sources import (
     raise_load_failure,
     resolve_source,
 )
+
+if TYPE_CHECKING:  # torch is imported where a model loads: ``import lampe_eval.models`` stays cheap
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -65,17 +66,23 @@ def require_accelerate(what: str) -> None:
 
 
 def default_device() -> str:
+    import torch
+
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def default_dtype(device: str) -> torch.dtype:
     """bf16 on CUDA, fp32 on CPU (CPU bf16 matmuls are slow and lossy)."""
+    import torch
+
     return torch.bfloat16 if str(device).startswith("cuda") else torch.float32
 
 
 def parse_dtype(name: str | None, device: str) -> torch.dtype:
     if name is None or name == "auto":
         return default_dtype(device)
+    import torch
+
     table = {
         "fp32": torch.float32,
         "float32": torch.float32,
@@ -117,6 +124,7 @@ def _load_embedded(
     device_map: DeviceMap | None = None,
     distribution: str = EMBEDDED_DISTRIBUTION,
 ) -> tuple[Any, Any]:
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     cached = _embedded_cache(distribution)
@@ -205,6 +213,8 @@ def load_model(
 
     ``device_map`` (``"auto"`` or accelerate's per-module map) spreads the layers over the visible GPUs
     (a 70B model on 4 GPUs); the patched attention runs each layer on its own device."""
+    import torch
+
     source, preset = resolve_source(name)
     device = device or default_device()
     torch_dtype = dtype if isinstance(dtype, torch.dtype) else parse_dtype(dtype, device)
@@ -277,6 +287,8 @@ def load_for_engine(name: str = DEFAULT_MODEL, pretraining_window: int | None = 
     if source.startswith("embedded:"):
         distribution = _distribution(source)
         if not (_embedded_cache(distribution) / "config.json").is_file():
+            import torch
+
             _load_embedded(torch.float32, "cpu", distribution=distribution)
         source = str(_embedded_cache(distribution))
     elif source.endswith(".gguf"):

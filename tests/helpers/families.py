@@ -1,8 +1,11 @@
 """The model-family tests' shared setup (from ``tests/test_families.py``, shared with
-``tests/test_moe_families.py``): a tiny random model of a family, its logits, and the dense oracle run
-inside the family's own attention code."""
+``tests/test_moe_families.py`` and ``tests/test_families_guide.py``): a tiny random model of a family, its
+logits, the dense oracle run inside the family's own attention code, and a family swapped into the registry
+for a while."""
 
 import importlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 from transformers.modeling_utils import AttentionInterface
@@ -10,7 +13,7 @@ from transformers.modeling_utils import AttentionInterface
 from lampe_eval.attention.reference import oracle_attention
 from lampe_eval.backends.hf.patch import attention_layers
 from lampe_eval.backends.rope_config import rope_base
-from lampe_eval.families import family_of_config
+from lampe_eval.families import FAMILIES, AttentionFamily, family_of_config
 from lampe_eval.testing import tiny_family
 
 WINDOW = 32
@@ -74,3 +77,22 @@ def oracle_logits(net, method, ids, monkeypatch):
         for hook in hooks:
             hook.remove()
         monkeypatch.undo()
+
+
+@contextmanager
+def family_replaced(family: AttentionFamily) -> Iterator[None]:
+    """``family`` registered in place of the registered family of its name for the ``with``; afterwards the
+    registry as it was, order included (the order shows in messages: the supported model types)."""
+    before = FAMILIES.values()
+
+    def load(families: list[AttentionFamily]) -> None:
+        for name in FAMILIES.names():
+            FAMILIES.remove(name)
+        for entry in families:
+            FAMILIES.add(entry)
+
+    load([family if f.name == family.name else f for f in before])
+    try:
+        yield
+    finally:
+        load(before)

@@ -150,19 +150,20 @@ def vllm_model_refusal(config: Any) -> str | None:
     beside full ones (its ``Qwen2Model`` asserts every layer or none slides); a mixture-of-experts model with
     a sliding window (vLLM 0.32's Mixtral, Qwen2-MoE and Qwen3-MoE classes read no ``sliding_window``, so
     they would attend to every key)."""
-    config = ModelFacts.from_config(config).text
-    moe = getattr(config, "model_type", "") in ("mixtral", "qwen2_moe", "qwen3_moe")
-    if moe and getattr(config, "use_sliding_window", True) and getattr(config, "sliding_window", None):
+    facts = ModelFacts.from_config(config)
+    # use_sliding_window and max_window_layers: the switches vLLM's Qwen classes read themselves
+    moe = facts.model_type in ("mixtral", "qwen2_moe", "qwen3_moe")
+    if moe and getattr(facts.text, "use_sliding_window", True) and facts.sliding_window:
         return (
-            f"vLLM 0.32's {config.model_type} ignores the model's sliding window ({config.sliding_window}) "
+            f"vLLM 0.32's {facts.model_type} ignores the model's sliding window ({facts.sliding_window}) "
             "and would attend to every key: use --backend hf"
         )
-    layer_types = getattr(config, "layer_types", None) or []
-    qwen = getattr(config, "model_type", "") in ("qwen2", "qwen3")
-    if qwen and len(set(layer_types)) > 1 and config.max_window_layers != config.num_hidden_layers:
+    mixed = 0 < len(facts.full_attention_layers) < facts.layers  # sliding-window layers beside full ones
+    max_window_layers = getattr(facts.text, "max_window_layers", None)
+    if facts.model_type in ("qwen2", "qwen3") and mixed and max_window_layers != facts.layers:
         return (
-            f"vLLM 0.32 does not run {config.model_type} with sliding-window layers beside full ones "
-            f"(max_window_layers {config.max_window_layers} of {config.num_hidden_layers}): use --backend hf"
+            f"vLLM 0.32 does not run {facts.model_type} with sliding-window layers beside full ones "
+            f"(max_window_layers {max_window_layers} of {facts.layers}): use --backend hf"
         )
     return None
 
