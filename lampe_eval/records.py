@@ -174,6 +174,19 @@ def engine_identity(engine: Mapping[str, Any] | None, device: str | None = None)
     return "/".join(parts)
 
 
+# what an engine of its own (vLLM, a server) recorded as its kernel before the engine's kernel choice was
+# spelled out in records (kernels.KernelChoice.label): the automatic choice then too
+EARLIER_ENGINE_KERNEL = "vllm-lampe"
+
+
+def earlier_identity(engine: Mapping[str, Any]) -> str | None:
+    """The identity records of ``engine`` carried before its kernels were spelled out, or None."""
+    kernel = engine.get("kernel")
+    if engine.get("backend") in (None, DEFAULT_BACKEND) or kernel in (None, "-", EARLIER_ENGINE_KERNEL):
+        return None
+    return engine_identity({**engine, "kernel": EARLIER_ENGINE_KERNEL})
+
+
 def describe_identity(identity: str) -> str:
     """One short phrase for messages: ``hf/float32/cpu/cpu`` -> ``hf, float32, cpu, kernel cpu``."""
     if identity.startswith("legacy:"):

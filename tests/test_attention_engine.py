@@ -10,9 +10,9 @@ from lampe_eval.attention import (
     Segment,
     kernels,
     segmented_attention,
+    tile_run,
     tiles,
 )
-from lampe_eval.attention import engine as engine_module
 from lampe_eval.attention.reference import oracle_attention, relative_positions
 from lampe_eval.attention.rope import apply_rope
 
@@ -121,26 +121,25 @@ def test_memory_stays_linear(monkeypatch):
 
     monkeypatch.setattr(kernels, "attend_math", spy)
     cpu_masks: list[object] = []
-    cpu_attend = kernels.attend
+    cpu_attend = kernels.run_piece
 
-    def cpu_spy(q, k, v, scale, kind, mask, backend, window=0):
+    def cpu_spy(q, k, v, scale, kind, mask, kernel, window=0):
         cpu_masks.append(mask)
-        return cpu_attend(q, k, v, scale, kind, mask, backend, window)
+        return cpu_attend(q, k, v, scale, kind, mask, kernel, window)
 
-    monkeypatch.setattr(kernels, "attend", cpu_spy)
+    monkeypatch.setattr(kernels, "run_piece", cpu_spy)
     monkeypatch.setattr(tiles, "MASKED_EDGE", 64 * 64)
     for plan in (shifted_plan(), chunk_plan()):
         q, k, v = qkv(1024, 3, 1)
         ref = oracle_attention(q, k, v, plan, 0, 0.3)
         assert (segmented_attention(q, k, v, plan, 0, 0.3) - ref).abs().max() < 1e-4
     assert cpu_masks and all(mask is None or mask.numel() <= 64 * 64 for mask in cpu_masks)
-    monkeypatch.setattr(engine_module, "FORCE_PORTABLE", True)
-    monkeypatch.setattr(engine_module, "PORTABLE_MAX_KEYS", 96)
+    monkeypatch.setattr(tile_run, "PORTABLE_MAX_KEYS", 96)
     largest = {}
     for n in (512, 1024):
         masks.clear()
         q, k, v = qkv(n, 3, 1)
-        segmented_attention(q, k, v, shifted_plan(), 0, 0.3, block=64)
+        segmented_attention(q, k, v, shifted_plan(), 0, 0.3, block=64, kernel="portable")
         largest[n] = max(masks)
         assert largest[n] <= 64 * 96
     assert largest[1024] == largest[512]
@@ -148,11 +147,11 @@ def test_memory_stays_linear(monkeypatch):
 
 def test_portable_path_with_key_slicing_matches_the_oracle(monkeypatch):
     """The non-CPU path (materialised scores, GQA by broadcasting, wide rectangles cut into slices)."""
-    monkeypatch.setattr(engine_module, "FORCE_PORTABLE", True)
-    monkeypatch.setattr(engine_module, "PORTABLE_MAX_KEYS", 37)
+    monkeypatch.setattr(tile_run, "PORTABLE_MAX_KEYS", 37)
     q, k, v = qkv(230)
     for plan in (shifted_plan(), chunk_plan()):
         ref = oracle_attention(q, k, v, plan, 0, 0.3)
-        assert (segmented_attention(q, k, v, plan, 0, 0.3, block=64) - ref).abs().max() < 1e-4
-        step = segmented_attention(q[:, :, -1:], k, v, plan, 229, 0.3)
+        out = segmented_attention(q, k, v, plan, 0, 0.3, block=64, kernel="portable")
+        assert (out - ref).abs().max() < 1e-4
+        step = segmented_attention(q[:, :, -1:], k, v, plan, 229, 0.3, kernel="portable")
         assert (step - ref[:, :, -1:]).abs().max() < 1e-4

@@ -139,9 +139,9 @@ def test_the_cpu_kernel_is_batch_invariant():
     from lampe_eval.attention import kernels
 
     q, k, v = torch.randn(3, 4, 1, 16), torch.randn(3, 2, 300, 16), torch.randn(3, 2, 300, 16)
-    out, lse = kernels.attend(q, k, v, 0.25, "full", None, "cpu")
+    out, lse = kernels.run_piece(q, k, v, 0.25, "full", None, "cpu")
     for b in range(3):
-        one = kernels.attend(q[b : b + 1], k[b : b + 1], v[b : b + 1], 0.25, "full", None, "cpu")
+        one = kernels.run_piece(q[b : b + 1], k[b : b + 1], v[b : b + 1], 0.25, "full", None, "cpu")
         assert torch.equal(out[b : b + 1], one[0]) and torch.equal(lse[b : b + 1], one[1])
 
 

@@ -6,6 +6,7 @@ the contract's documented examples (``docs/gpu.md``), the others run the engine 
 """
 
 import random
+import re
 import sys
 import zlib
 
@@ -13,6 +14,7 @@ import pytest
 import torch
 
 from lampe_eval.attention import kernels, segmented_attention
+from lampe_eval.attention.kernels import flash as flash_kernels
 from lampe_eval.attention.reference import oracle_attention
 from lampe_eval.errors import LampeEvalError
 from lampe_eval.methods import create_method
@@ -104,22 +106,77 @@ def test_emulation_refuses_what_the_kernel_refuses():
 
 
 # ------------------------------------------------------------------------------------- dispatch
-def test_dispatch_decisions(monkeypatch):
+def installed(flash_attn: bool = False, triton: bool = False, cudnn: bool = False) -> kernels.Installed:
+    return kernels.Installed(flash_attn=flash_attn, triton=triton, cudnn_preferred=cudnn)
+
+
+def test_prefill_choices():
     half, full = torch.bfloat16, torch.float32
-    assert kernels.choose("cpu", full) == "cpu"
-    assert kernels.choose("cpu", half) == "cpu"
-    assert kernels.choose("cuda", half, flash_attn=True) == "flash_attn"
-    assert kernels.choose("cuda", torch.float16, flash_attn=False) == "torch"
-    assert kernels.choose("cuda", half, flash_attn=True, cudnn=True) == "cudnn"  # Hopper: SDPA's own choice
-    assert kernels.choose("cuda", full, cudnn=True) == "portable"
-    assert kernels.choose("cuda", full, flash_attn=True) == "portable"  # FlashAttention is fp16/bf16 only
-    assert kernels.choose("mps", half) == "portable"
-    assert kernels.choose("cuda", half, "portable", True) == "portable"  # the explicit setting wins
+    select = kernels.select
+    assert select("cpu", full, installed=installed()).prefill == "cpu"
+    assert select("cpu", half, installed=installed()).prefill == "cpu"
+    assert select("cuda", half, installed=installed(flash_attn=True)).prefill == "flash_attn"
+    assert select("cuda", torch.float16, installed=installed()).prefill == "torch"
+    assert (
+        select("cuda", half, installed=installed(True, cudnn=True)).prefill == "cudnn"
+    )  # Hopper: SDPA's own
+    assert select("cuda", full, installed=installed(cudnn=True)).prefill == "portable"
+    assert select("cuda", full, installed=installed(flash_attn=True)).prefill == "portable"  # FA: fp16/bf16
+    assert select("mps", half, installed=installed()).prefill == "portable"
+    assert select("cuda", half, override="portable", installed=installed(True)).prefill == "portable"
+    softcap = kernels.Features(softcap=True)  # Gemma 2: no fused kernel here caps logits
+    assert select("cuda", half, softcap, installed=installed(True, cudnn=True)).prefill == "portable"
+
+
+def test_decode_choices_and_labels():
+    half = torch.bfloat16
+    hf, paged = kernels.Features(), kernels.Features(paged=True, head_dim=128)
+    assert kernels.select("cpu", half, hf, installed=installed()).label() == "cpu"  # the HF cache
+    on_cpu = kernels.select("cpu", torch.float32, paged, installed=installed())
+    assert (on_cpu.prefill, on_cpu.decode, on_cpu.label()) == ("cpu", "paged-engine", "cpu+paged-engine")
+    gpu = installed(triton=True, cudnn=True)
+    assert kernels.select("cuda", half, paged, installed=gpu).label() == "cudnn+paged-triton"
+    odd = kernels.Features(paged=True, head_dim=80)  # Phi-2: the Triton kernel takes powers of two
+    assert kernels.select("cuda", half, odd, installed=gpu).label() == "cudnn+paged-torch"
+    assert kernels.select("cuda", half, paged, installed=installed()).label() == "torch+paged-torch"
+    chosen = kernels.select("cuda", half, paged, "auto+paged-torch", gpu)
+    assert chosen.label() == "cudnn+paged-torch"  # one side overridden, the other automatic
+    assert kernels.select("cuda", half, paged, chosen.label(), gpu) == chosen  # a label is an override
+
+
+@pytest.mark.parametrize(
+    "override, device, features, says",
+    [
+        ("flash", "cpu", kernels.Features(), "LAMPE_EVAL_KERNEL='flash': choose auto, a prefill kernel"),
+        ("cpu+triton", "cpu", kernels.Features(), "PREFILL+DECODE with a decode path (prefill-kernel, paged"),
+        ("torch", "cpu", kernels.Features(), "the torch kernel runs on CUDA in float16 or bfloat16, not cpu"),
+        ("cpu", "cuda", kernels.Features(), "the cpu kernel runs on CPU, not cuda"),
+        ("cudnn", "cuda", kernels.Features(softcap=True), "soft-capped logits run on the portable prefill"),
+        (
+            "auto+paged-torch",
+            "cpu",
+            kernels.Features(),
+            "the Hugging Face KV cache decodes on prefill-kernel",
+        ),
+        ("auto+paged-triton", "cpu", kernels.Features(paged=True, head_dim=64), "runs on CUDA with Triton"),
+        ("auto+paged-engine", "cuda", kernels.Features(paged=True, head_dim=64), "vLLM's CPU kernel"),
+    ],
+)
+def test_a_choice_the_layers_cannot_run_is_refused_in_one_line(override, device, features, says):
+    with pytest.raises(LampeEvalError, match=re.escape(says)) as refused:
+        kernels.select(device, torch.bfloat16, features, override, installed(triton=True))
+    assert "\n" not in str(refused.value)
+
+
+def test_the_override_is_read_from_one_variable(monkeypatch):
     monkeypatch.setenv(kernels.ENV, "portable")
-    assert kernels.backend_for(torch.zeros(1)) == "portable"
+    assert kernels.override() == "portable"
+    assert kernels.describe("cpu", torch.float32) == "portable"
     monkeypatch.setenv(kernels.ENV, "flash")
-    with pytest.raises(LampeEvalError, match="LAMPE_EVAL_KERNEL='flash': choose one of auto, flash_attn"):
-        kernels.backend_for(torch.zeros(1))
+    with pytest.raises(LampeEvalError, match="LAMPE_EVAL_KERNEL='flash'"):
+        kernels.override()
+    monkeypatch.delenv(kernels.ENV)
+    assert kernels.override() == "auto" and kernels.describe("cpu", torch.float32) == "cpu"
 
 
 Emulator = FlashAttnEmulator | TorchFlashEmulator | CudnnEmulator
@@ -130,13 +187,12 @@ def emulate(backend: str, monkeypatch, gqa: bool = True) -> Emulator:
     (fp32 allowed, so the comparison with the oracle is tight; ``half_only`` is tested apart). ``cudnn``:
     every causal square and rectangle on the emulated cuDNN kernel (``gqa``: whether it takes fewer KV
     heads), the rest on the emulated FlashAttention."""
-    monkeypatch.setenv(kernels.ENV, backend)
     if backend == "cudnn":
         monkeypatch.setattr(torch.ops.aten, "_flash_attention_forward", TorchFlashEmulator(half_only=False))
         cudnn = CudnnEmulator(gqa=gqa, half_only=False)
         monkeypatch.setattr(torch.ops.aten, "_scaled_dot_product_cudnn_attention", cudnn)
-        monkeypatch.setattr(kernels, "CUDNN_MIN_ROWS", 1)
-        kernels.cudnn_takes_gqa.cache_clear()
+        monkeypatch.setattr(flash_kernels, "CUDNN_MIN_ROWS", 1)
+        flash_kernels.cudnn_takes_gqa.cache_clear()
         return cudnn
     if backend == "flash_attn":
         emulator: Emulator = FlashAttnEmulator(half_only=False)
@@ -149,7 +205,9 @@ def emulate(backend: str, monkeypatch, gqa: bool = True) -> Emulator:
 
 @pytest.fixture(params=["flash_attn", "torch"])
 def emulated(request, monkeypatch):
-    return emulate(request.param, monkeypatch)
+    emulator = emulate(request.param, monkeypatch)
+    emulator.kernel = request.param  # the kernel the engine is given
+    return emulator
 
 
 @pytest.mark.parametrize("name", POSITION_METHODS)
@@ -163,12 +221,12 @@ def test_engine_through_emulated_kernels_equals_the_oracle(name, monkeypatch):
     ref = oracle_attention(q, k, v, plan, 0, D**-0.5)
     for backend in ("flash_attn", "torch", "cudnn"):
         emulator = emulate(backend, monkeypatch)
-        fast = segmented_attention(q, k, v, plan, 0, D**-0.5)
+        fast = segmented_attention(q, k, v, plan, 0, D**-0.5, kernel=backend)
         assert (fast - ref).abs().max() <= 1e-4, f"{backend} {method.label()}"
         for first in (37, 101):  # a continued prefill: tiles starting mid-band and mid-chunk
-            part = segmented_attention(q[:, :, first:], k, v, plan, first, D**-0.5)
+            part = segmented_attention(q[:, :, first:], k, v, plan, first, D**-0.5, kernel=backend)
             assert (part - ref[:, :, first:]).abs().max() <= 1e-4, f"{backend} {method.label()} from {first}"
-        step = segmented_attention(q[:, :, -1:], k, v, plan, length - 1, D**-0.5)  # a decode step
+        step = segmented_attention(q[:, :, -1:], k, v, plan, length - 1, D**-0.5, kernel=backend)  # decode
         assert (step - ref[:, :, -1:]).abs().max() <= 1e-4, f"{backend} {method.label()} decode"
         assert emulator.calls, f"the emulated {backend} kernel was never called"
 
@@ -179,16 +237,16 @@ def test_cudnn_takes_causal_squares_and_rectangles_only(gqa, monkeypatch):
     where the build refuses fewer), bands and reversed squares to FlashAttention; decode rows (fewer than
     ``CUDNN_MIN_ROWS``) stay on FlashAttention; the output equals the oracle's either way."""
     cudnn = emulate("cudnn", monkeypatch, gqa)
-    monkeypatch.setattr(kernels, "CUDNN_MIN_ROWS", 8)
+    monkeypatch.setattr(flash_kernels, "CUDNN_MIN_ROWS", 8)
     flash = torch.ops.aten._flash_attention_forward
     q, k, v = torch.randn(1, 4, 160, D), torch.randn(1, 2, 160, D), torch.randn(1, 2, 160, D)
     plan = create_method("selfextend", WINDOW, 4 * WINDOW, group_size=3, window=70).plan(base(), 160, 160)
-    out = segmented_attention(q, k, v, plan, 0, 0.25)
+    out = segmented_attention(q, k, v, plan, 0, 0.25, kernel="cudnn")
     assert (out - oracle_attention(q, k, v, plan, 0, 0.25)).abs().max() <= 1e-4
     assert [(c["sq"], c["causal"]) for c in cudnn.calls[-1:]] == [(90, True)]  # the groups' causal square
     assert cudnn.calls[-1]["heads"] == ((4, 2) if gqa else (4, 4))
     assert [c["window"] for c in flash.calls] == [(69, 0)]  # the neighbours' band
-    step = segmented_attention(q[:, :, -1:], k, v, plan, 159, 0.25)  # a decode step: FlashAttention only
+    step = segmented_attention(q[:, :, -1:], k, v, plan, 159, 0.25, kernel="cudnn")  # decode: FlashAttention
     assert (step - oracle_attention(q, k, v, plan, 0, 0.25)[:, :, -1:]).abs().max() <= 1e-4
     assert len(cudnn.calls) == (2 if gqa else 1)  # the GQA probe (a tiny call) + the square
 
@@ -198,27 +256,26 @@ def test_a_band_is_one_kernel_call(emulated):
     (width - 1, 0); a chunk relation is one batched call over its whole chunks plus its partial chunk."""
     q, k, v = torch.randn(1, 4, 160, D), torch.randn(1, 2, 160, D), torch.randn(1, 2, 160, D)
     plan = create_method("selfextend", WINDOW, 4 * WINDOW, group_size=3, window=70).plan(base(), 160, 160)
-    out = segmented_attention(q, k, v, plan, 0, 0.25)
+    out = segmented_attention(q, k, v, plan, 0, 0.25, kernel=emulated.kernel)
     assert (out - oracle_attention(q, k, v, plan, 0, 0.25)).abs().max() <= 1e-4
     calls = [(c["sq"], c["sk"], c["causal"], tuple(c["window"])) for c in emulated.calls]
     assert calls == [(160, 160, False, (69, 0)), (90, 90, True, (-1, -1))]  # neighbours, then groups
     emulated.calls.clear()
     plan = create_method("dca", WINDOW, 4 * WINDOW, chunk_size=48, local_window=16).plan(base(), 160, 160)
-    out = segmented_attention(q, k, v, plan, 0, 0.25)
+    out = segmented_attention(q, k, v, plan, 0, 0.25, kernel=emulated.kernel)
     assert (out - oracle_attention(q, k, v, plan, 0, 0.25)).abs().max() <= 1e-4
     assert len(emulated.calls) <= 2 * len(plan.segments) + 2
 
 
 def test_bf16_through_the_strict_emulation(monkeypatch):
     """bf16 inputs, the emulation refusing anything but fp16/bf16: within bf16 rounding of the oracle."""
-    monkeypatch.setenv(kernels.ENV, "flash_attn")
     emulator = FlashAttnEmulator(half_only=True)
     monkeypatch.setitem(sys.modules, "flash_attn", fake_flash_attn(emulator))
     method = create_method("lampe", WINDOW, 4 * WINDOW)
     plan = method.plan(base(), 160, 160)
     q, k, v = torch.randn(1, 4, 160, D), torch.randn(1, 2, 160, D), torch.randn(1, 2, 160, D)
     ref = oracle_attention(q, k, v, plan, 0, 0.25)
-    out = segmented_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), plan, 0, 0.25)
+    out = segmented_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), plan, 0, 0.25, kernel="flash_attn")
     assert out.dtype == torch.bfloat16 and emulator.calls
     assert (out.float() - ref).abs().max() < 0.05
 
@@ -242,3 +299,66 @@ def test_fp32_on_cuda_is_told_before_loading(caplog, monkeypatch):
         assert bool(messages) == warned, settings
         if warned:
             assert "portable fp32 path" in messages[0] and "--dtype bfloat16" in messages[0]
+
+
+# ------------------------------------------------------------------------------ what records name
+def _kernels_run(monkeypatch) -> list[str]:
+    """The prefill kernel of every piece the engine runs from now on."""
+    seen: list[str] = []
+    original = kernels.run_piece
+
+    def spy(q, k, v, scale, kind, mask, kernel, window=0):
+        seen.append(kernel)
+        return original(q, k, v, scale, kind, mask, kernel, window)
+
+    monkeypatch.setattr(kernels, "run_piece", spy)
+    return seen
+
+
+@pytest.mark.parametrize(
+    "family, override, label",
+    [("llama", None, "cpu"), ("llama", "portable", "portable"), ("gemma2", None, "portable")],
+)
+def test_the_hf_backend_records_the_kernel_its_layers_run(family, override, label, monkeypatch):
+    """The HF backend's record names the kernel it hands its patched layers, and every piece of a prefill
+    and of a cached decode runs on it: the CPU kernel by default, the portable path when asked for or where
+    logits are soft-capped (Gemma 2), whose pieces are the portable path's own matmuls."""
+    from lampe_eval.backends.hf import HFBackend
+    from lampe_eval.models import LoadedModel
+    from lampe_eval.testing import tiny_family
+
+    if override:
+        monkeypatch.setenv(kernels.ENV, override)
+    net = tiny_family(family, heads=4, kv_heads=2, head_dim=16, window=64, vocab=64)
+    backend = HFBackend(LoadedModel("tiny", net, None, 64, False))
+    assert backend.describe()["kernel"] == label
+    seen = _kernels_run(monkeypatch)
+    with torch.no_grad(), backend.install(create_method("selfextend", 64, 256, group_size=2, window=16)):
+        net.generate(torch.randint(0, 64, (1, 100)), max_new_tokens=3, do_sample=False)
+    assert set(seen) <= {label}  # the portable path does not go through pieces at all
+    assert seen or label == "portable"
+
+
+def test_records_of_the_automatic_choice_made_before_it_was_spelled_out_are_reused(monkeypatch):
+    """A vLLM record that named its kernel ``vllm-lampe`` (before the engine's choice was recorded) is
+    reused by a run of the automatic choice, not by a run with an override."""
+    from lampe_eval.records import engine_identity
+    from lampe_eval.runner.worker import accepted_engines
+
+    engine = {
+        "backend": "vllm",
+        "backend_version": "0.32.0",
+        "dtype": "float32",
+        "device": "cpu",
+        "kernel": "cpu+paged-engine",
+        "settings": "eager",
+    }
+    before = engine_identity({**engine, "kernel": "vllm-lampe"})
+    assert before in accepted_engines(engine, None)
+    monkeypatch.setenv(kernels.ENV, "cpu+paged-torch")
+    assert accepted_engines({**engine, "kernel": "cpu+paged-torch"}, None) == {
+        engine_identity({**engine, "kernel": "cpu+paged-torch"})
+    }
+    hf = {**engine, "backend": "hf", "kernel": "cpu"}
+    monkeypatch.delenv(kernels.ENV)
+    assert engine_identity({**hf, "kernel": "vllm-lampe"}) not in accepted_engines(hf, None)

@@ -126,11 +126,13 @@ def _batched_decode_gap(
     softcap: float | None = None,
     key_columns: bool = False,
     kernel: EngineKernel | None = None,
+    triton: bool = False,
 ) -> float:
     """Prefill each prompt (its own blocks, scattered through one cache), then decode STEPS tokens for all
     of them as batches of one plan shape (:class:`PagedDecode`); the largest gap to the Hugging Face path
     (each sequence alone); ``softcap``: logits soft-capped on both; ``key_columns``: keys stored as vLLM's
-    CPU attention stores them; ``kernel``: an engine kernel for batches of one causal run per row."""
+    CPU attention stores them; ``kernel``: an engine kernel for batches of one causal run per row; ``triton``:
+    the tiles on the Triton kernel (the ``paged-triton`` decode)."""
     rng, generator = random.Random(seed), torch.Generator().manual_seed(seed)
     budgets = [n + STEPS for n in prompts]
     copies = method_key_copies(method, base())
@@ -175,7 +177,7 @@ def _batched_decode_gap(
             slots = torch.tensor(
                 [int(tables[r, positions[r] // BLOCK]) * BLOCK + positions[r] % BLOCK for r in rows]
             )
-            batch = PagedDecode([steps[r] for r in rows], slots, tables[index], kernel)
+            batch = PagedDecode([steps[r] for r in rows], slots, tables[index], kernel, triton)
             q, k, v = (torch.cat([new[r][i][:, :, 0] for r in rows]) for i in range(3))
             for r, out in zip(rows, batch.attend(cache, SCALE, q, k, v, softcap), strict=True):
                 gap = max(gap, float((want[r] - out).abs().max()))
@@ -241,11 +243,10 @@ def test_the_triton_decode_kernel_equals_each_sequence_alone(monkeypatch):
             result.stdout[-3000:] + result.stderr[-2000:]
         )
         return
-    from lampe_eval.attention import paged_triton
+    from lampe_eval.attention.kernels import paged_triton
 
     launches = []
     original = paged_triton.tile_statistics
-    monkeypatch.setattr(paged_triton, "usable", lambda *args: True)
     monkeypatch.setattr(
         paged_triton,
         "tile_statistics",
@@ -253,7 +254,7 @@ def test_the_triton_decode_kernel_equals_each_sequence_alone(monkeypatch):
     )
     for name in ("lampe", "dca", "string", "selfextend"):
         method = create_method(name, WINDOW, 4 * WINDOW, **random_params(name, random.Random(3)))
-        gap = _batched_decode_gap(method, [WINDOW // 2 + 3, 3 * WINDOW + 5, WINDOW + 1], seed=4)
+        gap = _batched_decode_gap(method, [WINDOW // 2 + 3, 3 * WINDOW + 5, WINDOW + 1], seed=4, triton=True)
         assert gap < 2e-5, (name, gap)
     assert launches, "the kernel ran"
 

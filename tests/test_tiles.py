@@ -95,7 +95,6 @@ def test_kernel_calls_per_layer_stay_few_at_32k_and_128k(monkeypatch):
 
         return call
 
-    monkeypatch.setenv(kernels.ENV, "torch")
     monkeypatch.setitem(kernels.FLASH_CALLS, "torch", stub)
     for shape, (window, theta, heads, kv_heads) in SHAPES.items():
         base = RopeBase.plain(window, heads, kv_heads, 8, theta)
@@ -110,7 +109,7 @@ def test_kernel_calls_per_layer_stay_few_at_32k_and_128k(monkeypatch):
                 extra = {"identity_within_window": False} if name == "lampe" else {}
                 plan = create_method(name, window, length, **extra).plan(base, length, length)
                 calls.clear()
-                _, counts = count(segmented_attention, q, k, v, plan, 0, 0.1)
+                _, counts = count(segmented_attention, q, k, v, plan, 0, 0.1, kernel="torch")
                 label = f"{name} {shape} {length}"
                 assert len(calls) <= 2 * len(plan.segments) + 2, label
                 assert counts.syncs == 0, label
@@ -134,12 +133,9 @@ def test_a_patched_prefill_reads_nothing_back_on_the_host():
 
 
 @pytest.mark.parametrize("portable", [False, True])
-def test_a_batch_of_sequences_equals_each_alone(portable, monkeypatch):
+def test_a_batch_of_sequences_equals_each_alone(portable):
     """Blocks stacked as a batch (windowed bands on the CPU kernel, DCA's whole chunks) keep each sequence
     of a batch apart: a batch of 3 gives each sequence's own output."""
-    from lampe_eval.attention import engine
-
-    monkeypatch.setattr(engine, "FORCE_PORTABLE", portable)
     inv_freq = 1.0 / (10000 ** (torch.arange(0, 16, 2).float() / 16))
     near_far = [Segment("near", Band(0, 20)), Segment("far", Band(21), lambda i: i.float() / 4)]
     chunks = [
@@ -152,9 +148,12 @@ def test_a_batch_of_sequences_equals_each_alone(portable, monkeypatch):
             t.blocks > 1 for s, seg in enumerate(segments) for t in tiles.tiles(seg.region, s, 0, 200, False)
         )
         q, k, v = torch.randn(3, 4, 200, 16), torch.randn(3, 2, 200, 16), torch.randn(3, 2, 200, 16)
-        together = segmented_attention(q, k, v, plan, 0, 0.25)
+        kernel = "portable" if portable else None
+        together = segmented_attention(q, k, v, plan, 0, 0.25, kernel=kernel)
         for b in range(3):
-            alone = segmented_attention(q[b : b + 1], k[b : b + 1], v[b : b + 1], plan, 0, 0.25)
+            alone = segmented_attention(
+                q[b : b + 1], k[b : b + 1], v[b : b + 1], plan, 0, 0.25, kernel=kernel
+            )
             assert (together[b : b + 1] - alone).abs().max() < 1e-5
             ref = oracle_attention(q[b : b + 1], k[b : b + 1], v[b : b + 1], plan, 0, 0.25)
             assert (alone - ref).abs().max() < 1e-4

@@ -320,10 +320,13 @@ def test_run_with_the_vllm_backend_writes_the_hf_backends_records(tmp_path: Path
     log = (tmp_path / "vllm" / "engine.log").read_text()
     assert " INFO " in log and "vllm.v1.engine.core" in log and "Loading safetensors" in log, log[:2000]
     assert log.count("Initializing a V1 LLM engine") == 1, "one engine for both methods"
+    # the kernels the records name are the ones the engine chose
+    assert "lampe-eval's attention runs on the kernels cpu+paged-engine" in log
     hf_rows, vllm_rows = records["hf"], records["vllm"]
     assert len(hf_rows) == len(vllm_rows) == 2
     for a, b in zip(hf_rows, vllm_rows, strict=True):
         assert b["engine"]["backend"] == "vllm" and a["engine"]["backend"] == "hf"
+        assert (a["engine"]["kernel"], b["engine"]["kernel"]) == ("cpu", "cpu+paged-engine")
         assert (b["key"], b["prompt_hash"], b["resolved_params"]) == (
             a["key"],
             a["prompt_hash"],

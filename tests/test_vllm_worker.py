@@ -10,6 +10,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from lampe_eval.attention.kernels import KernelChoice
+
 pytest.importorskip("vllm")
 
 from vllm.model_executor.layers.attention import Attention  # noqa: E402
@@ -157,7 +159,10 @@ def test_each_rows_plan_comes_from_its_own_request_in_any_order() -> None:
     runner = _runner({"a": (130, sampling), "b": (150, sampling), "c": (150, scored)}, ["c", "a", "b"])
     plans = RequestPlans(cache, runner)
     # c prefills its first chunk (60 of 150 tokens), a decodes, b prefills whole
-    step = plans.prepare(_common([0, 60, 61, 211], [60, 131, 150]), torch.float32, torch.device("cpu"))
+    choice = KernelChoice("cpu", "paged-torch")
+    step = plans.prepare(
+        _common([0, 60, 61, 211], [60, 131, 150]), torch.float32, torch.device("cpu"), choice
+    )
     assert [(r.first, r.stop, r.q_start, r.table_row) for r in step.rows] == [(0, 60, 0, 0), (61, 211, 0, 2)]
     # a chunk's plan is its whole prompt's; each request's budget is its own
     assert step.rows[0].plan is cache.plan(150, 150, None)

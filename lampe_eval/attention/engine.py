@@ -18,8 +18,9 @@ Positions: a segment's maps return [n] (one position per token), or [H, n, F] (F
 position per frequency, as DPE's dimension groups; H = 1, or one per head, as Ms-PoE's per-head scales,
 query heads for ``q_pos`` and key heads for ``k_pos``); tables are then [H, n, D] and broadcast over heads.
 
-Kernels (``kernels.py``): FlashAttention-2 on CUDA (the flash-attn wheel or PyTorch's copy), the CPU
-flash kernel on CPU, an exact blockwise matmul path elsewhere or when ``LAMPE_EVAL_KERNEL=portable``.
+Kernels (``kernels/``): the caller passes the prefill kernel its engine chose (``kernels.select``:
+FlashAttention-2 or cuDNN on CUDA, the CPU flash kernel on CPU, an exact blockwise matmul path elsewhere);
+a call without one uses this process's choice for the query's device and dtype.
 """
 
 from __future__ import annotations
@@ -34,11 +35,10 @@ import torch
 from . import kernels
 from .regions import PositionMap, Segment
 from .rope import rope_cos_sin, rotate_half
+from .tile_run import merge_into, run_tile
 from .tiles import Tile, tiles
 
 DEFAULT_BLOCK = 1024  # query rows per call on the portable (score-materialising) path
-PORTABLE_MAX_KEYS = 8192  # widest key slice per call on the portable path
-FORCE_PORTABLE = False  # tests flip this to check the portable path on CPU (or LAMPE_EVAL_KERNEL)
 NEG_INF = float("-inf")
 _MAX_CACHED = 64  # cached tables and compiled calls per plan (stay bounded when a plan serves many steps)
 
@@ -306,16 +306,19 @@ def segmented_attention(
     scale: float,
     block: int = DEFAULT_BLOCK,
     softcap: float | None = None,
+    kernel: str | None = None,
 ) -> torch.Tensor:
     """Attention of un-rotated ``query`` [B, Hq, n, D] (absolute indices ``q_start + r``) over
     un-rotated ``key``/``value`` [B, Hkv, kv, D] (indices 0..kv-1), following ``plan``; ``softcap``: logits
-    soft-capped as ``softcap * tanh(logit / softcap)`` (Gemma 2). Returns [B, Hq, n, D] in the query dtype."""
+    soft-capped as ``softcap * tanh(logit / softcap)`` (Gemma 2); ``kernel``: the prefill kernel
+    (``kernels.PREFILL_KERNELS``; None: this process's choice). Returns [B, Hq, n, D] in the query dtype."""
     n = query.shape[2]
+    kernel = kernel or kernels.layer_choice(query, softcap).prefill
     if n == 1:
         parts = plan.decode_step(q_start, query.dtype, query.device).parts
         needed = [[(lo, hi) for c, lo, hi in parts if c == copy] for copy in range(len(plan.key_groups()[1]))]
     else:
-        flash = _takes_flash_tiles(_backend(query, softcap))
+        flash = _takes_flash_tiles(kernel)
         needed = [list(r) for r in plan.prefill(q_start, n, flash).keys]
     copies: list[KeyCopy] = []
     for copy, wanted in enumerate(needed):
@@ -332,19 +335,13 @@ def segmented_attention(
                 table = plan.key_table(copy, a, b, key.dtype, key.device)
                 rotated[:, :, a - lo : b - lo] = apply_table(key[:, :, a:b], *table)
         copies.append((rotated, lo))
-    return attend_rotated(query, copies, value, plan, q_start, scale, block, softcap)
+    return attend_rotated(query, copies, value, plan, q_start, scale, block, softcap, kernel)
 
 
-def _backend(query: torch.Tensor, softcap: float | None) -> str:
-    """The kernel backend for ``query``'s pieces: soft-capped logits only on the portable path (no fused
-    kernel here computes them)."""
-    return "portable" if softcap else kernels.backend_for(query, FORCE_PORTABLE)
-
-
-def _takes_flash_tiles(backend: str) -> bool:
-    """Whether ``backend`` takes FlashAttention's tiles (windows, rectangular causal): every backend but
-    the CPU kernel (the portable path cuts any tile into masked blocks)."""
-    return backend != "cpu"
+def _takes_flash_tiles(kernel: str) -> bool:
+    """Whether ``kernel`` takes FlashAttention's tiles (windows, rectangular causal): every kernel but
+    the CPU one (the portable path cuts any tile into masked blocks)."""
+    return kernel != "cpu"
 
 
 def _union(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -367,15 +364,17 @@ def attend_rotated(
     scale: float,
     block: int = DEFAULT_BLOCK,
     softcap: float | None = None,
+    kernel: str | None = None,
 ) -> torch.Tensor:
     """Attention of un-rotated ``query`` [B, Hq, n, D] over keys already rotated, one copy per key map
     (``plan.key_groups()``; rotated without ``rope_scaling``), and ``value`` [B, Hkv, kv, D].
-    Each copy must hold the keys its segments see in this call. Returns [B, Hq, n, D] in the query dtype."""
+    Each copy must hold the keys its segments see in this call; ``kernel`` as :func:`segmented_attention`.
+    Returns [B, Hq, n, D] in the query dtype."""
     n = query.shape[2]
+    kernel = kernel or kernels.layer_choice(query, softcap).prefill
     if n == 1:
-        return _decode(query, keys, value, plan, q_start, scale, softcap)
-    backend = _backend(query, softcap)
-    compiled = plan.prefill(q_start, n, _takes_flash_tiles(backend))
+        return _decode(query, keys, value, plan, q_start, scale, softcap, kernel)
+    compiled = plan.prefill(q_start, n, _takes_flash_tiles(kernel))
     copy_of = plan.key_groups()[0]
     acc: tuple[torch.Tensor, torch.Tensor] | None = None
     segment, rotated, r0 = -1, query, 0
@@ -388,7 +387,7 @@ def attend_rotated(
         copy, first = keys[copy_of[tile.segment]]
         k = copy[:, :, tile.k0 - first : tile.key_end - first]
         v = value[:, :, tile.k0 : tile.key_end]
-        out, lse = run_tile(tile, q, k, v, scale, backend, block, softcap)
+        out, lse = run_tile(tile, q, k, v, scale, kernel, block, softcap)
         if acc is None and tile.r0 == 0 and tile.row_end == n:
             acc = (out, lse)  # the first tile covering every row starts the sums (no merge)
             continue
@@ -403,89 +402,6 @@ def attend_rotated(
     return acc[0].to(query.dtype)
 
 
-def run_tile(
-    tile: Tile,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    scale: float,
-    backend: str,
-    block: int,
-    softcap: float | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """One tile: ``q`` its rows, ``k``/``v`` its keys (from the first block's first key). Returns fp32
-    (out [B, H, rows, D], lse [B, H, rows])."""
-    batch = q.shape[0]
-    if tile.blocks > 1:  # blocks stacked as a batch: rows are consecutive, keys ``step`` apart
-        q = _stack_rows(q, tile.blocks, tile.rows)
-        k, v = (_stack_keys(x, tile.blocks, tile.keys, tile.step) for x in (k, v))
-    if backend == "portable":
-        out, lse = _masked_blocks(tile, q, k, v, scale, block, softcap)
-    elif tile.kind == "mask":
-        out, lse = kernels.attend(
-            q, k, v, scale, "mask", _tile_mask(tile, 0, tile.rows, 0, tile.keys, q.device), backend
-        )
-    else:
-        out, lse = kernels.attend(q, k, v, scale, tile.kind, None, backend, tile.width)
-    if tile.blocks > 1:
-        out, lse = _unstack(out, batch), _unstack(lse, batch)
-    return out, lse
-
-
-def _stack_rows(x: torch.Tensor, blocks: int, rows: int) -> torch.Tensor:
-    """[B, H, blocks * rows, D] -> [B * blocks, H, rows, D]."""
-    b, h, _, d = x.shape
-    return x.reshape(b, h, blocks, rows, d).transpose(1, 2).reshape(b * blocks, h, rows, d)
-
-
-def _stack_keys(x: torch.Tensor, blocks: int, keys: int, step: int) -> torch.Tensor:
-    """Key windows ``[b * step, b * step + keys)`` of [B, H, S, D] as [B * blocks, H, keys, D]."""
-    b, h, _, d = x.shape
-    windows = x[:, :, : (blocks - 1) * step + keys].unfold(2, keys, step)  # [B, H, blocks, D, keys]
-    return windows.permute(0, 2, 1, 4, 3).reshape(b * blocks, h, keys, d)
-
-
-def _unstack(x: torch.Tensor, batch: int) -> torch.Tensor:
-    """[B * blocks, H, rows, ...] -> [B, H, blocks * rows, ...]."""
-    blocks = x.shape[0] // batch
-    stacked = x.reshape(batch, blocks, *x.shape[1:]).transpose(1, 2)
-    return stacked.reshape(batch, x.shape[1], blocks * x.shape[2], *x.shape[3:])
-
-
-def _tile_mask(tile: Tile, a: int, b: int, lo: int, hi: int, device: Any = None) -> torch.Tensor:
-    """[b - a, hi - lo] boolean: which of local keys lo..hi-1 local rows a..b-1 of ``tile`` see."""
-    start, stop = tile.visible(torch.arange(a, b, device=device))
-    keys = torch.arange(lo, hi, device=device)
-    return (keys[None, :] >= start[:, None]) & (keys[None, :] < stop[:, None])
-
-
-def _masked_blocks(
-    tile: Tile,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    scale: float,
-    block: int,
-    softcap: float | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The portable path: a tile as blocks of at most ``block`` rows and ``PORTABLE_MAX_KEYS`` keys, each
-    masked by the tile's geometry (built on the device: no host sync), merged exactly."""
-    rows = q.shape[2]
-    out = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
-    lse = torch.full(q.shape[:3], NEG_INF, dtype=torch.float32, device=q.device)
-    for a in range(0, rows, block):
-        b = min(a + block, rows)
-        first, stop = tile.key_span(a, b)
-        for lo in range(first, stop, PORTABLE_MAX_KEYS):
-            hi = min(lo + PORTABLE_MAX_KEYS, stop)
-            mask = _tile_mask(tile, a, b, lo, hi, q.device)
-            o, l_ = kernels.attend_math(
-                q[:, :, a:b], k[:, :, lo:hi], v[:, :, lo:hi], scale, "mask", mask, softcap
-            )
-            merge_into(out[:, :, a:b], lse[:, :, a:b], o, l_)
-    return out, lse
-
-
 def _decode(
     query: torch.Tensor,
     keys: Sequence[KeyCopy],
@@ -493,7 +409,8 @@ def _decode(
     plan: AttentionPlan,
     q_start: int,
     scale: float,
-    softcap: float | None = None,
+    softcap: float | None,
+    kernel: str,
 ) -> torch.Tensor:
     """One query: one matmul rotates it for every segment, one kernel call per segment, one merge."""
     step = plan.decode_step(q_start, query.dtype, query.device)
@@ -507,7 +424,7 @@ def _decode(
         if softcap:
             out, lse = kernels.attend_math(q, k_part, v_part, scale, "full", None, softcap)
         else:
-            out, lse = _attend(q, k_part, v_part, scale, "full", None)
+            out, lse = kernels.run_piece(q, k_part, v_part, scale, "full", None, kernel)
         outs.append(out)
         lses.append(lse)
     if len(outs) == 1:
@@ -515,27 +432,3 @@ def _decode(
     # every part has at least one key, so each lse is finite
     weights = torch.softmax(torch.stack(lses), dim=0)
     return (torch.stack(outs) * weights[..., None]).sum(dim=0).to(query.dtype)
-
-
-def merge_into(acc_out: torch.Tensor, acc_lse: torch.Tensor, out: torch.Tensor, lse: torch.Tensor) -> None:
-    """Exact LSE merge of a partial attention (out, lse) into the accumulators, in place, in fp32."""
-    new_lse = torch.logaddexp(acc_lse, lse)
-    weight = torch.exp(lse - new_lse).nan_to_num_(0.0)  # NaN where both are empty (-inf - -inf)
-    acc_out.lerp_(out.float(), weight[..., None])  # acc (1 - w) + out w: the two weights sum to 1
-    acc_lse.copy_(new_lse)
-
-
-def _attend(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    scale: float,
-    kind: str,
-    mask: torch.Tensor | None,
-    window: int = 0,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """One dense piece: (out, lse) in fp32 on the backend for ``q`` (``kernels.py``). ``kind`` is "full",
-    "causal" (top-left square), "anticausal" (row r sees keys r.. of the piece, which has one key fewer
-    than rows), "mask" or "window" (FlashAttention backends: the last ``window`` keys up to the
-    bottom-right diagonal)."""
-    return kernels.attend(q, k, v, scale, kind, mask, kernels.backend_for(q, FORCE_PORTABLE), window)

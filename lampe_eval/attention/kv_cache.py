@@ -17,7 +17,7 @@ transformers' ``DynamicCache`` does (a copy of the whole cache at every step); t
 
 * **Primary: :class:`RotatedKeyCache`** (``lampe_eval.backends.hf.patch.new_cache``). A ``DynamicCache`` whose
   layers (:class:`RotatedKeyLayer`) hold the side copies beside the keys and values, and whose object holds
-  the generation (:class:`Generation`: l, the primary copy, the budget). ``crop``, beam search's
+  the generation (:class:`GenerationState`: l, the primary copy, the budget). ``crop``, beam search's
   ``reorder_cache``, ``batch_select_indices``, ``batch_repeat_interleave`` and ``reset`` are overridden to
   apply to the side copies too, so they never go stale.
 * **Fallback: :class:`RotatedKeys`**, for a cache made elsewhere (transformers' own ``DynamicCache``, e.g.
@@ -217,7 +217,7 @@ class SideCopies:
 
 
 @dataclass
-class Generation:
+class GenerationState:
     """What one generation fixes at its prefill."""
 
     owner: object  # the patch (backends.hf.patch.PatchState) that prefilled it
@@ -228,7 +228,7 @@ class Generation:
     total_length: int | None = None  # prompt + new tokens, if known (the plan's budget)
     started: set[int] = field(default_factory=set)  # layers that have prefilled this generation
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> Generation:
+    def __deepcopy__(self, memo: dict[int, Any]) -> GenerationState:
         """A copied cache (e.g. a prompt's cache copied for each continuation) continues the same
         generation of the same patch: the owner is shared, not copied."""
         return dataclasses.replace(self, started=set(self.started))
@@ -386,7 +386,7 @@ class RotatedKeyCache(GrowingCache):
 
     def __init__(self, config: Any = None, total_length: int | None = None, offloading: bool = False) -> None:
         super().__init__(config, total_length, offloading)
-        self.generation: Generation | None = None
+        self.generation: GenerationState | None = None
 
     def new_layer(self) -> RotatedKeyLayer:
         return RotatedKeyLayer(reserve=self.total_length)
@@ -442,7 +442,7 @@ class LayerKeys(SideCopies):
 class RotatedKeys:
     """The side copies of one generation held in a cache made elsewhere, all layers."""
 
-    def __init__(self, generation: Generation) -> None:
+    def __init__(self, generation: GenerationState) -> None:
         self.generation = generation
         self.layers: dict[int, LayerKeys] = {}
 

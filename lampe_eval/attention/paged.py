@@ -23,8 +23,8 @@ from typing import Protocol
 
 import torch
 
-from . import paged_triton
 from .engine import AttentionPlan, SegmentStep, attend_rotated, segmented_attention
+from .kernels import paged_triton
 
 
 @dataclass
@@ -104,13 +104,14 @@ def attend_paged(
     q_start: int,
     rotated: bool = True,
     softcap: float | None = None,
+    kernel: str | None = None,
 ) -> torch.Tensor:
     """One sequence's call: un-rotated ``query`` [n, Hq, D], ``key`` and ``value`` [n, Hkv, D] of tokens
     ``q_start..q_start+n-1`` (stored at ``slots``), attending its tokens ``0..q_start+n-1`` through its block
     table ``blocks`` following ``plan``; returns [n, Hq, D]. The arithmetic of the Hugging Face backend's
     patched attention: ``rotated`` keys are stored once per key copy; otherwise (positions that move with
     the length) copy 0 holds un-rotated keys, all re-rotated by the plan at every call. ``softcap``: logits
-    soft-capped (Gemma 2), as the engine does."""
+    soft-capped (Gemma 2), as the engine does; ``kernel``: the engine's prefill kernel."""
     end = q_start + key.shape[0]
     heads_first = [t.transpose(0, 1)[None] for t in (query, key, value)]  # [1, H, n, D]
     q, k, v = heads_first
@@ -121,9 +122,10 @@ def attend_paged(
     else:
         keys, values = cache.gather(blocks, end, len(new))
     if rotated:
-        out = attend_rotated(q, [(copy, 0) for copy in keys], values, plan, q_start, scale, softcap=softcap)
+        copies = [(copy, 0) for copy in keys]
+        out = attend_rotated(q, copies, values, plan, q_start, scale, softcap=softcap, kernel=kernel)
     else:
-        out = segmented_attention(q, keys[0], values, plan, q_start, scale, softcap=softcap)
+        out = segmented_attention(q, keys[0], values, plan, q_start, scale, softcap=softcap, kernel=kernel)
     return out[0].transpose(0, 1)
 
 
@@ -157,7 +159,8 @@ class PagedDecode:
     so a layer's transient memory stays bounded at any batch and length. Built once per pass, run by every
     patched layer (:meth:`attend`): about ten PyTorch calls per slab, five to merge. A batch whose rows each
     see one causal run of their keys (a plan of one segment) runs the engine's own kernel instead, where one
-    is given (``kernel``) and reads the cache's key layout."""
+    is given (``kernel``) and reads the cache's key layout; ``triton``: the tiles on the Triton kernel where
+    it takes the cache (the ``paged-triton`` decode, ``kernels/choice.py``), else on PyTorch."""
 
     def __init__(
         self,
@@ -165,6 +168,7 @@ class PagedDecode:
         slots: torch.Tensor,
         tables: torch.Tensor,
         kernel: EngineKernel | None = None,
+        triton: bool = False,
     ) -> None:
         """``steps``: each row's :meth:`AttentionPlan.segment_step`; ``slots`` [rows]: where each row's new
         token goes; ``tables`` [rows, blocks]: each row's block table; ``kernel``: the engine's own paged
@@ -189,6 +193,7 @@ class PagedDecode:
             if hi > lo
         )
         self.tables = tables.cpu()
+        self.triton = triton
         self._where: tuple | None = None
         self._scaled: dict[float, torch.Tensor] = {}
 
@@ -269,9 +274,10 @@ class PagedDecode:
         sums, outs = torch.empty_like(peaks), queries.new_empty((*peaks.shape, dim))
         keys_per_tile = blocks.shape[1] * cache.block_size
         if (
-            not softcap
+            self.triton
+            and not softcap
             and not cache.key_columns
-            and paged_triton.usable(queries, cache.block_size, keys_per_tile, dim)
+            and paged_triton.takes(cache.block_size, keys_per_tile, dim)
         ):
             ends = list(itertools.accumulate(counts))  # the copies' tile ranges (tiles are sorted by copy)
             for copy, (a, b) in enumerate(zip([0, *ends], ends, strict=False)):

@@ -44,6 +44,7 @@ from ..errors import BackendGone, LampeEvalError
 from ..methods.base import Method, RopeBase
 from ..models import LoadedModel
 from ..prompts import prompt_ids
+from ..records import EARLIER_ENGINE_KERNEL
 from ..settings import RunSettings
 from .base import (
     BACKENDS,
@@ -188,7 +189,8 @@ class OpenAIBackend(OwnWeightsBackend):
             "backend_version": first.version or "unknown",
             "dtype": "-",
             "device": "remote",
-            "kernel": "vllm-lampe" if served else "-",
+            # the server's kernels as it reports them (a server before they were reported: "vllm-lampe")
+            "kernel": served.get("kernel", EARLIER_ENGINE_KERNEL) if served else "-",
             "settings": f"{self._model} serving {running}"
             + (f", lampe-eval {version}" if version else "")
             + f", greedy, {prompts}",

@@ -21,7 +21,7 @@ from ..backends import BACKENDS, BaseBackend
 from ..backends.rounds import Evaluated
 from ..benchmarks.base import Benchmark, Sample
 from ..errors import BackendGone
-from ..records import SampleRecord, describe_identity, engine_identity
+from ..records import SampleRecord, describe_identity, earlier_identity, engine_identity
 from ..settings import DEFAULT_BACKEND, RunSettings
 from .events import Computed, Event, Failed, Finished, Loading, Skipped, Started, Warned
 from .jobs import Job, WorkUnit
@@ -304,18 +304,19 @@ def failure_line(err: Exception) -> str:
 
 
 def accepted_engines(engine: dict[str, Any], dtype_setting: str | None) -> set[str]:
-    """The engine identities whose records this run reuses: its own, and the schema-1 records of its
-    device type when it runs with the defaults they were made with (the default backend, the device's
-    default dtype, the automatic kernel choice)."""
+    """The engine identities whose records this run reuses: its own, and, when it runs the automatic
+    kernel choice, the records made with it before their kernels were spelled out (an engine of its own's
+    ``earlier_identity``) and the schema-1 records of its device type when it also runs with the other
+    defaults they were made with (the default backend, the device's default dtype)."""
     from ..attention import kernels
 
     accepted = {engine_identity(engine)}
-    defaults = (
-        engine.get("backend") == DEFAULT_BACKEND
-        and dtype_setting in (None, "auto")
-        and kernels.setting() == "auto"
-    )
-    if defaults:
+    if kernels.override() != "auto":
+        return accepted
+    earlier = earlier_identity(engine)
+    if earlier:
+        accepted.add(earlier)
+    if engine.get("backend") == DEFAULT_BACKEND and dtype_setting in (None, "auto"):
         accepted.add(engine_identity(None, str(engine.get("device"))))
     return accepted
 

@@ -1,49 +1,26 @@
-"""Kernels for one dense piece of a segment: attention output *and* the softmax log-sum-exp (LSE).
+"""The FlashAttention-2 kernels for one piece (CUDA, fp16/bf16): the ``flash_attn`` wheel's
+``flash_attn_func(..., return_attn_probs=True)`` (the optional ``gpu`` extra), PyTorch's own copy of the same
+kernel (``aten._flash_attention_forward``: ``torch``) and cuDNN's fused attention for causal squares and
+unmasked rectangles of 128 rows or more (``aten._scaled_dot_product_cudnn_attention``, [B, H, S, D],
+log-sum-exp [B, H, S, 1]: ``cudnn``, with ``torch`` for the rest), the kernel PyTorch's
+``scaled_dot_product_attention`` picks for the unpatched model on Hopper GPUs.
 
-The engine (``engine.py``, ``tiles.py``) cuts every segment into a few unmasked rectangles ("full"), causal
-squares ("causal", bottom-right), sliding windows ("window") and reversed causal squares ("anticausal":
-row r sees keys r.. of a piece with one key fewer than rows), and merges them by their LSE in fp32; the
-portable path gets masked blocks ("mask"). This module runs one piece on the best kernel for the tensors
-at hand. Backends (``LAMPE_EVAL_KERNEL``, default ``auto``):
-
-- ``flash_attn``: ``flash_attn.flash_attn_func(..., return_attn_probs=True)`` (the optional ``gpu``
-  extra; CUDA, fp16/bf16). Layout [B, S, H, D], GQA native, causal aligned bottom-right, anticausal as
-  ``window_size=(0, -1)``; an empty row gives LSE +inf (mapped to -inf here).
-- ``torch``: PyTorch's own copy of the same FlashAttention-2 kernel, ``aten._flash_attention_forward``
-  (CUDA, fp16/bf16): the same contract without the extra wheel.
-- ``cudnn``: ``torch``, but causal squares and unmasked rectangles of 128 rows or more go to cuDNN's fused
-  attention (``aten._scaled_dot_product_cudnn_attention``, [B, H, S, D], log-sum-exp [B, H, S, 1]): the
-  kernel PyTorch's ``scaled_dot_product_attention`` picks for the unpatched model on Hopper GPUs.
-- ``cpu``: ``aten._scaled_dot_product_flash_attention_for_cpu`` ([B, H, S, D], top-left causal, additive
-  masks; an empty row gives LSE 0, masked out here).
-- ``portable``: exact fp32 matmuls that materialise the piece's scores (any device, any mask).
-
-``auto``: ``cpu`` on CPU; on CUDA with fp16/bf16 ``cudnn`` on Hopper or newer, else ``flash_attn`` when
-installed, else ``torch``; else ``portable``. The engine gives the FlashAttention backends bands as
-bottom-right windows, the CPU kernel causal squares, rectangles and reversed squares only (``tiles.py``);
-``portable`` gets masked blocks.
-The kernel contracts, with their sources, are in ``docs/gpu.md``; ``tests/test_kernels.py`` checks
-every dispatch decision on CPU against emulations of those contracts.
+Layout [B, S, H, D], GQA native, causal aligned bottom-right, anticausal as ``window_size=(0, -1)``, bands
+as ``(width - 1, 0)``; an empty row gives LSE +inf (mapped to -inf here). The contracts, with their sources,
+are in ``docs/gpu.md``; ``tests/test_kernels.py`` runs them on CPU through emulations.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.util
-import os
 from collections.abc import Callable
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..errors import LampeEvalError
-
-ENV = "LAMPE_EVAL_KERNEL"
-BACKENDS = ("auto", "flash_attn", "torch", "cudnn", "cpu", "portable")
 CUDNN_MIN_ROWS = 128  # fewer query rows (decoding) stay on FlashAttention
-HALF = (torch.float16, torch.bfloat16)
 NEG_INF = float("-inf")
 
 Piece = tuple[torch.Tensor, torch.Tensor]  # (out [B, Hq, n, D] fp32, lse [B, Hq, n] fp32, -inf if empty)
@@ -52,31 +29,9 @@ Piece = tuple[torch.Tensor, torch.Tensor]  # (out [B, Hq, n, D] fp32, lse [B, Hq
 FlashCall = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float, bool, tuple[int, int]], Piece]
 
 
-def setting() -> str:
-    """The backend asked for by ``LAMPE_EVAL_KERNEL`` (default ``auto``)."""
-    name = os.environ.get(ENV, "auto").strip().lower() or "auto"
-    if name not in BACKENDS:
-        raise LampeEvalError(f"{ENV}={name!r}: choose one of {', '.join(BACKENDS)}")
-    return name
-
-
 @functools.cache
 def flash_attn_installed() -> bool:
     return importlib.util.find_spec("flash_attn") is not None
-
-
-def choose(
-    device_type: str, dtype: torch.dtype, name: str = "auto", flash_attn: bool = False, cudnn: bool = False
-) -> str:
-    """The backend for pieces on ``device_type`` in ``dtype``, given the setting ``name``, whether the
-    flash-attn wheel is installed and whether the GPU is one where cuDNN's attention is the fastest."""
-    if name != "auto":
-        return name
-    if device_type == "cpu":
-        return "cpu"
-    if device_type == "cuda" and dtype in HALF:
-        return "cudnn" if cudnn else "flash_attn" if flash_attn else "torch"
-    return "portable"
 
 
 @functools.cache
@@ -88,47 +43,11 @@ def cudnn_preferred(device_index: int) -> bool:
     return cudnn_9 and torch.cuda.get_device_capability(device_index) >= (9, 0)
 
 
-def backend_for(q: torch.Tensor, force_portable: bool = False) -> str:
-    """The backend that runs pieces of ``q``'s device and dtype."""
-    if force_portable:
-        return "portable"
-    name = setting()
-    auto = name == "auto" and q.device.type == "cuda"
-    cudnn = auto and cudnn_preferred(
-        q.device.index if q.device.index is not None else torch.cuda.current_device()
-    )
-    return choose(q.device.type, q.dtype, name, auto and flash_attn_installed(), cudnn)
-
-
-def attend(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    scale: float,
-    kind: str,
-    mask: torch.Tensor | None,
-    backend: str,
-    window: int = 0,
-) -> Piece:
-    """One piece: ``q`` [B, Hq, n, D] over ``k``, ``v`` [B, Hkv, m, D] (Hq a multiple of Hkv). ``kind``:
-    "full", "causal" (a square, n == m), "anticausal" (m == n - 1), "mask" (``mask`` [n, m]) or, on the
-    FlashAttention backends, "window" (row r sees the ``window`` keys ending at key m - n + r).
-    Returns fp32 (out, lse); a row with no key gets out 0 and lse -inf."""
-    if backend in FLASH_CALLS and kind != "mask":
-        return _flash_piece(q, k, v, scale, kind, FLASH_CALLS[backend](), window)
-    if kind == "anticausal":  # reversing rows and keys turns it into a causal square (minus the last row)
-        out, lse = attend(q[:, :, :-1].flip(2), k.flip(2), v.flip(2), scale, "causal", None, backend)
-        return _empty_last_row(out.flip(2), lse.flip(2))
-    if backend == "cpu":
-        return _cpu_piece(q, k, v, scale, kind, mask)
-    return attend_math(q, k, v, scale, kind, mask)
-
-
-def _empty_last_row(out: torch.Tensor, lse: torch.Tensor) -> Piece:
+def empty_last_row(out: torch.Tensor, lse: torch.Tensor) -> Piece:
     return F.pad(out, (0, 0, 0, 1)), F.pad(lse, (0, 1), value=NEG_INF)
 
 
-def _flash_piece(
+def flash_piece(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
@@ -150,7 +69,7 @@ def _flash_piece(
     out, lse = out.transpose(1, 2).float(), lse.float()
     lse = lse.masked_fill(lse == float("inf"), NEG_INF)  # FA2 reports +inf for a row with no key
     if kind == "anticausal":
-        return _empty_last_row(out, lse)
+        return empty_last_row(out, lse)
     return out, lse
 
 
@@ -232,57 +151,3 @@ FLASH_CALLS: dict[str, Callable[[], FlashCall]] = {
     "torch": _torch_flash_call,
     "cudnn": _cudnn_call,
 }
-
-
-def _cpu_piece(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, kind: str, mask: torch.Tensor | None
-) -> Piece:
-    if q.shape[0] > 1 and q.shape[2] == 1:
-        # one query row: the CPU kernel splits the keys over threads by batch size, so a sequence's sums
-        # would depend on its batch; one call per sequence keeps --batch-size N equal to 1 bit for bit
-        pieces = [
-            _cpu_piece(q[b : b + 1], k[b : b + 1], v[b : b + 1], scale, kind, mask) for b in range(q.shape[0])
-        ]
-        return torch.cat([p[0] for p in pieces]), torch.cat([p[1] for p in pieces])
-    additive = None
-    if mask is not None:
-        additive = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill_(~mask, NEG_INF)
-    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-        q, k, v, 0.0, kind == "causal", attn_mask=additive, scale=scale
-    )
-    if mask is not None:  # the CPU kernel reports lse 0 (not -inf) for rows with no visible key
-        lse = lse.masked_fill(~mask.any(dim=1), NEG_INF)
-    return out.float(), lse.float()
-
-
-def attend_math(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    scale: float,
-    kind: str,
-    mask: torch.Tensor | None,
-    softcap: float | None = None,
-) -> Piece:
-    """Portable exact path. GQA: queries are grouped per KV head, keys are broadcast, not copied.
-    ``softcap``: logits soft-capped as ``softcap * tanh(logit / softcap)`` before the mask (Gemma 2)."""
-    batch, hq, n, dim = q.shape
-    hkv = k.shape[1]
-    group = hq // hkv
-    qg = q.reshape(batch, hkv, group, n, dim).float()
-    scores = torch.matmul(qg, k.float()[:, :, None].transpose(-1, -2)) * scale  # [B, Hkv, G, n, kv]
-    if softcap:
-        scores = torch.tanh(scores / softcap) * softcap
-    if kind == "causal":
-        mask = torch.ones(n, k.shape[2], dtype=torch.bool, device=q.device).tril()
-    if mask is not None:
-        scores = scores.masked_fill(~mask, NEG_INF)
-    lse = torch.logsumexp(scores, dim=-1)
-    probs = torch.exp(scores - lse[..., None].masked_fill(~torch.isfinite(lse[..., None]), 0.0))
-    out = torch.matmul(probs, v.float()[:, :, None])
-    return out.reshape(batch, hq, n, dim), lse.reshape(batch, hq, n)
-
-
-def describe(device: Any = None, dtype: torch.dtype = torch.bfloat16) -> str:
-    """Which backend pieces on ``device`` in ``dtype`` run on (for reports)."""
-    return backend_for(torch.empty(0, device=device or "cpu", dtype=dtype))

@@ -4,31 +4,21 @@ statistics (peak, sum, weighted values) for :class:`~lampe_eval.attention.paged.
 
 The PyTorch path in ``paged.py`` computes the same statistics with gathers and batched matmuls; it runs
 where this kernel does not (CPU, no Triton, a head dim or block size that is not a power of two) and is the
-reference the tests hold this kernel to (through Triton's interpreter, on CPU).
+reference the tests hold this kernel to (through Triton's interpreter, on CPU). Which one runs is the
+engine's ``paged-triton`` or ``paged-torch`` decode (``choice.py``).
 """
 
 from __future__ import annotations
 
 import functools
-import importlib.util
-import os
 from typing import Any
 
 import torch
 
-ENV = "LAMPE_EVAL_PAGED_TRITON"  # "0": the PyTorch path on CUDA too
 
-
-@functools.cache
-def triton_installed() -> bool:
-    return importlib.util.find_spec("triton") is not None
-
-
-def usable(query: torch.Tensor, block: int, keys_per_tile: int, head_dim: int) -> bool:
-    """Whether the kernel runs this decode: CUDA, Triton, powers of two for the tile and the head dim."""
-    powers = all(n > 0 and n & (n - 1) == 0 for n in (block, keys_per_tile, head_dim))
-    wanted = os.environ.get(ENV, "1") != "0"
-    return wanted and query.is_cuda and powers and triton_installed()
+def takes(block: int, keys_per_tile: int, head_dim: int) -> bool:
+    """Whether the kernel takes this cache: powers of two for the block, the tile and the head dim."""
+    return all(n > 0 and n & (n - 1) == 0 for n in (block, keys_per_tile, head_dim))
 
 
 @functools.cache

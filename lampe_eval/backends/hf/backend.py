@@ -34,6 +34,7 @@ from ..base import (
     Placement,
     Request,
     TokenNLL,
+    logit_softcap,
 )
 from ..rope_config import model_shape, rope_base
 from ..text import eos_ids, finish
@@ -140,7 +141,8 @@ class HFBackend(BaseBackend):
         """Patch ``method`` into the model's attention; leaving the ``with`` block (or ``remove()``)
         restores it."""
         base = self.rope_base() if method.kind != "baseline" else None  # rope patches nothing: needs none
-        return apply_method(self.lm.model, method, window=self.lm.pretraining_window, base=base)
+        window = self.lm.pretraining_window
+        return apply_method(self.lm.model, method, window=window, base=base, kernel=self.kernels().prefill)
 
     def new_cache(self, total_length: int | None) -> Any:
         """The KV cache of one generation that may reach ``total_length`` tokens (the method's budget)."""
@@ -151,17 +153,26 @@ class HFBackend(BaseBackend):
             self._base = rope_base(self.lm.model, self.lm.pretraining_window)
         return self._base
 
-    def describe(self) -> dict[str, Any]:
+    def _placed(self) -> tuple[torch.device, torch.dtype]:
         parameter = next(self.lm.model.parameters(), None)
-        dtype = parameter.dtype if parameter is not None else torch.float32
-        device = parameter.device if parameter is not None else torch.device("cpu")
-        flash = kernels.setting() == "auto" and device.type == "cuda" and kernels.flash_attn_installed()
+        if parameter is None:
+            return torch.device("cpu"), torch.float32
+        return parameter.device, parameter.dtype
+
+    def kernels(self) -> kernels.KernelChoice:
+        """The kernels the patched layers run (the patch is given this choice)."""
+        device, dtype = self._placed()
+        features = kernels.Features(softcap=logit_softcap(self.lm.model.config) is not None)
+        return kernels.select(device, dtype, features, kernels.override())
+
+    def describe(self) -> dict[str, Any]:
+        device, dtype = self._placed()
         return {
             "backend": self.name,
             "backend_version": _version("transformers"),
             "dtype": str(dtype).removeprefix("torch."),
             "device": str(device),
-            "kernel": kernels.choose(device.type, dtype, kernels.setting(), flash),
+            "kernel": self.kernels().label(),
         }
 
     # -------------------------------------------------------------------------------- batching

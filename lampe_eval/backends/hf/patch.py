@@ -33,10 +33,10 @@ from typing import Any
 
 import torch
 
-from ...attention import AttentionPlan, segmented_attention
+from ...attention import AttentionPlan, kernels, segmented_attention
 from ...attention.engine import attend_rotated
 from ...attention.kv_cache import (
-    Generation,
+    GenerationState,
     GrowingCache,
     GrowingLayer,
     RotatedKeyCache,
@@ -46,6 +46,7 @@ from ...attention.kv_cache import (
 from ...errors import LampeEvalError, UnsupportedModelError
 from ...families import AttentionFamily, attention_classes, family_of_layer, text_config
 from ...methods.base import Method, RopeBase
+from ..base import logit_softcap
 from ..plans import PlanCache
 from ..rope_config import rope_base
 
@@ -80,6 +81,7 @@ class PatchState(PlanCache):
     # FALLBACK budget (prompt + new tokens) for caches that carry none, set by generation_budget
     total_length: int | None = None
     softcap: float | None = None  # Gemma 2's attention logit soft-capping (attn_logit_softcapping)
+    kernel: str = "portable"  # the prefill kernel (``kernels.select``)
 
     def plan_for(self, q_start: int, kv_len: int) -> AttentionPlan:
         """The plan of a forward pass with no cache state: a pass from position 0 is a new sequence of
@@ -90,7 +92,7 @@ class PatchState(PlanCache):
         l = self.context_length if self.context_length is not None else kv_len
         return self.plan(l, kv_len, self.total_length)
 
-    def generation(self, cache: Any, layer_idx: int, q_start: int, kv_len: int) -> Generation:
+    def generation(self, cache: Any, layer_idx: int, q_start: int, kv_len: int) -> GenerationState:
         """This cache's generation; a pass from position 0 starts a new one (l = ``kv_len``). A
         RotatedKeyCache carries it (and its budget); any other cache gets it from the fallback table."""
         primary_path = isinstance(cache, RotatedKeyCache)
@@ -105,7 +107,7 @@ class PatchState(PlanCache):
                 budget = cache.total_length
             plan = self.plan(kv_len, kv_len, budget)
             reach = plan.reach(kv_len)
-            current = Generation(
+            current = GenerationState(
                 owner=self,
                 context_length=kv_len,
                 primary=reach.index(min(reach)),  # the copy that reaches the oldest keys
@@ -210,17 +212,23 @@ def _reject_padding(module: Any, args: tuple, kwargs: dict) -> None:
 
 
 def apply_method(
-    model: Any, method: Method, window: int | None = None, base: RopeBase | None = None
+    model: Any,
+    method: Method,
+    window: int | None = None,
+    base: RopeBase | None = None,
+    kernel: str | None = None,
 ) -> PatchHandle:
     """Patch every attention layer of ``model`` with ``method``. ``rope`` patches nothing. ``base``: the
-    model's RoPE when the caller has it already (else read from the model)."""
+    model's RoPE when the caller has it already (else read from the model); ``kernel``: the prefill kernel
+    the caller chose (``kernels.select``; else this process's choice for the model's device and dtype)."""
     if method.kind == "baseline":
         return PatchHandle([], [], None)
     family = attention_family(model)
     layers = attention_layers(model)
     config = text_config(model.config)  # a multimodal model's decoder's (Gemma 3's text model)
-    softcap = getattr(config, "attn_logit_softcapping", None)
-    state = PatchState(method=method, base=base or rope_base(model, window), softcap=softcap)
+    softcap = logit_softcap(config)
+    kernel = kernel or _model_kernel(model, softcap)
+    state = PatchState(method=method, base=base or rope_base(model, window), softcap=softcap, kernel=kernel)
     if softcap:
         log.warning(
             "%s: soft-capped attention logits run on the portable attention path (exact; no fused kernel "
@@ -315,17 +323,28 @@ def attend_patched(
     n = query.shape[2]
     if cache is None:
         plan = state.plan_for(0, n)
-        return segmented_attention(query, key, value, plan, 0, scale, softcap=state.softcap)
+        return segmented_attention(
+            query, key, value, plan, 0, scale, softcap=state.softcap, kernel=state.kernel
+        )
     q_start = cache.get_seq_length(layer_idx)
     generation = state.generation(cache, layer_idx, q_start, q_start + n)
     plan = state.plan(generation.context_length, q_start + n, generation.total_length)
     if generation.keys_are_rotated:
         return _attend_with_rotated_cache(
-            layer_idx, scale, generation, plan, query, key, value, cache, q_start, state.softcap
+            layer_idx, scale, generation, plan, query, key, value, cache, q_start, state
         )
     # positions move every step: cache un-rotated keys, re-rotate them all
     key, value = _update(cache, key, value, layer_idx, q_start + n)
-    return segmented_attention(query, key, value, plan, q_start, scale, softcap=state.softcap)
+    return segmented_attention(
+        query, key, value, plan, q_start, scale, softcap=state.softcap, kernel=state.kernel
+    )
+
+
+def _model_kernel(model: Any, softcap: float | None) -> str:
+    """This process's prefill kernel for ``model``'s device and dtype."""
+    parameter = next(model.parameters())
+    features = kernels.Features(softcap=softcap is not None)
+    return kernels.select(parameter.device, parameter.dtype, features, kernels.override()).prefill
 
 
 def _update(cache: Any, key: torch.Tensor, value: torch.Tensor, layer_idx: int, kv_len: int):
@@ -341,14 +360,14 @@ def _update(cache: Any, key: torch.Tensor, value: torch.Tensor, layer_idx: int, 
 def _attend_with_rotated_cache(
     idx: int,
     scale: float,
-    generation: Generation,
+    generation: GenerationState,
     plan: AttentionPlan,
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
     cache: Any,
     q_start: int,
-    softcap: float | None = None,
+    state: PatchState,
 ) -> torch.Tensor:
     """Rotate the new keys once per key copy (a decode step: one matmul for all copies), store them (the
     primary copy in the cache, the others beside it), attend, then drop what no later query can see."""
@@ -366,6 +385,8 @@ def _attend_with_rotated_cache(
         # input is strided (a decode step's copies are column slices of one matmul): 4x the time per step
         primary, value = _update(cache, rotated[generation.primary].contiguous(), value, idx, kv_len)
     copies = side.extend(plan, generation.primary, rotated, primary, q_start)
-    out = attend_rotated(query, copies, value, plan, q_start, scale, softcap=softcap)
+    out = attend_rotated(
+        query, copies, value, plan, q_start, scale, softcap=state.softcap, kernel=state.kernel
+    )
     side.trim(plan, kv_len)
     return out

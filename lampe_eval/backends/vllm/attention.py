@@ -12,7 +12,8 @@ lampe-eval's engine runs over vLLM's own paged cache (:mod:`lampe_eval.attention
   ``extra_args["lampe_budget"]``), so requests arrive in any order, a chunked prefill's chunks share the
   plan of the whole prompt, and a preempted sequence is computed again with its own plan.
 * :class:`LampeMetadataBuilder` sorts each forward pass's rows once, in ``build`` (:class:`Pass`), into the
-  metadata every layer reads.
+  metadata every layer reads, with the kernels the engine chose once (:func:`engine_kernels`: the main
+  process records the same choice).
 
 Each patched ``Attention`` layer carries a :class:`PatchedLayer` (:func:`patched_layer`): what puts its
 module's own rotation back at uninstall; on the attention path an :class:`EngineLayer`, which adds the
@@ -22,6 +23,7 @@ module's own rotation back at uninstall; on the attention path an :class:`Engine
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -29,11 +31,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ...attention import AttentionPlan
+from ...attention import AttentionPlan, kernels
 from ...attention.paged import EngineKernel, PagedCache, PagedDecode, attend_paged, decode_shape
 from ...errors import LampeEvalError
 from ..plans import PlanCache
 from .constants import BUDGET, KEY_COPIES
+from .engine import engine_kernels
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -41,6 +44,7 @@ if TYPE_CHECKING:
     from vllm.v1.kv_cache_interface import AttentionSpec
 
 _PATCHED = "lampe"  # the attribute of a patched vLLM Attention layer that holds its PatchedLayer
+_log = logging.getLogger("vllm.lampe_eval")  # under vLLM's logger: its handlers (a run's engine.log)
 
 
 def engine_key_copies() -> int:
@@ -81,6 +85,7 @@ class Pass:
     rows: list[_Row]  # sequences attended one by one (prefills, chunks, methods that re-rotate)
     slots: torch.Tensor  # each token's slot (block * block size + offset)
     block_table: torch.Tensor  # [sequences, blocks]
+    kernels: kernels.KernelChoice
     decodes: list[tuple[torch.Tensor, PagedDecode]] = field(default_factory=list)  # token rows, batch
 
 
@@ -108,11 +113,13 @@ class RequestPlans:
         common: CommonAttentionMetadata,
         dtype: torch.dtype,
         device: torch.device,
+        choice: kernels.KernelChoice,
         kernel: EngineKernel | None = None,
     ) -> Pass:
         """The rows of the forward pass ``common`` describes, each sequence's plan settled; decode rows of
-        a method with fixed key positions batched by plan shape (``kernel``: the engine's own attention for
-        a batch whose rows each see one causal run of keys)."""
+        a method with fixed key positions batched by plan shape; ``choice``: the engine's kernels
+        (``kernel``: the engine's own attention for a batch whose rows each see one causal run of keys, on
+        the ``paged-engine`` decode)."""
         starts = common.query_start_loc_cpu.tolist()
         seq_lens = common.seq_lens.tolist()
         batched = self.state.method.fixed_key_positions()
@@ -131,7 +138,7 @@ class RequestPlans:
             plan = self.state.plan(prompt_length, max(kv_len, prompt_length), budget)
             one = _Row(first, stop, kv_len - (stop - first), plan, row)
             (decodes if batched and stop - first == 1 and one.q_start > 0 else rows).append(one)
-        step = Pass(rows, common.slot_mapping, common.block_table_tensor)
+        step = Pass(rows, common.slot_mapping, common.block_table_tensor, choice)
         step.decodes = _decode_batches(decodes, step, dtype, device, kernel)
         return step
 
@@ -194,7 +201,8 @@ def _decode_batches(
     for members in groups.values():
         tokens = torch.tensor([decodes[i].first for i in members], device=step.slots.device)
         tables = step.block_table[torch.tensor([decodes[i].table_row for i in members], device=device)]
-        batch = PagedDecode([steps[i] for i in members], step.slots[tokens], tables, kernel)
+        triton = step.kernels.decode == "paged-triton"
+        batch = PagedDecode([steps[i] for i in members], step.slots[tokens], tables, kernel, triton)
         batches.append((tokens, batch))
     return batches
 
@@ -242,6 +250,7 @@ def attend(
             row.q_start,
             rotated,
             softcap,
+            step.kernels.prefill,
         )
         output[rows] = out.reshape(output[rows].shape).to(output.dtype)
     for tokens, batch in step.decodes:
@@ -302,8 +311,11 @@ class LampeMetadataBuilder(_BaseBuilder):  # type: ignore[misc, valid-type]
 
         self._layers = list(get_layers_from_vllm_config(vllm_config, Attention, layer_names).values())
         self._dtype = vllm_config.model_config.dtype
+        softcap = bool(getattr(vllm_config.model_config.hf_text_config, "attn_logit_softcapping", None))
+        self._kernels = engine_kernels(device, self._dtype, kv_cache_spec.head_size_v, softcap)
+        _log.info("lampe-eval's attention runs on the kernels %s", self._kernels.label())
         self._kernel: EngineKernel | None = None
-        if key_columns(device):  # vLLM's CPU attention reads the keys of a one-run decode batch
+        if self._kernels.decode == "paged-engine":  # vLLM's CPU attention reads the keys of a one-run batch
             from .cpu_decode import cpu_decode_kernel
 
             self._kernel = cpu_decode_kernel(self._dtype, kv_cache_spec.block_size, kv_cache_spec.head_size_v)
@@ -317,7 +329,7 @@ class LampeMetadataBuilder(_BaseBuilder):  # type: ignore[misc, valid-type]
         step = (
             None
             if plans is None
-            else plans.prepare(common_attn_metadata, self._dtype, self.device, self._kernel)
+            else plans.prepare(common_attn_metadata, self._dtype, self.device, self._kernels, self._kernel)
         )
         return LampeAttentionMetadata(**fields, lampe=step)
 

@@ -21,9 +21,11 @@ from typing import Any
 
 import torch
 
+from ...attention.kernels import KernelChoice
 from ...errors import LampeEvalError, UnsupportedModelError
 from ...memory import MemoryEstimate
 from ...methods.base import Method, RopeBase
+from ...model_facts import ModelFacts
 from ...models import LoadedModel, default_device, parse_dtype
 from ...prompts import prompt_ids
 from ...settings import RunSettings
@@ -36,6 +38,7 @@ from ..base import (
     Placement,
     Request,
     TokenNLL,
+    logit_softcap,
     nll_sums,
 )
 from ..plans import method_key_copies
@@ -44,7 +47,7 @@ from ..text import directory_eos_ids, finish
 from . import checks
 from .checks import check_installed, check_vllm_installed, preset_kv_cache, vllm_version
 from .constants import BUDGET
-from .engine import EngineSetup, model_length
+from .engine import EngineSetup, engine_kernels, model_length
 
 
 @BACKENDS.register("vllm")
@@ -254,13 +257,20 @@ class VLLMBackend(OwnWeightsBackend):
     def rope_base(self) -> RopeBase:
         return rope_base_from_config(self.config, self.lm.pretraining_window)
 
+    def kernels(self) -> KernelChoice:
+        """The kernels the engine's patched layers run (the engine makes the same choice)."""
+        facts = ModelFacts.from_config(self.config)
+        softcap = logit_softcap(self.config) is not None
+        return engine_kernels(self.device, parse_dtype(self.dtype, self.device), facts.head_dim, softcap)
+
     def describe(self) -> dict[str, Any]:
         return {
             "backend": self.name,
             "backend_version": vllm_version() or "unknown",
             "dtype": self.dtype,
             "device": self.device,
-            "kernel": "vllm-lampe",  # vLLM's attention, lampe-eval's in the layers a method patches
+            # vLLM's attention; in the layers a method patches, lampe-eval's on the kernels the engine chose
+            "kernel": self.kernels().label(),
             "settings": "eager, chunked prefill, no prefix caching",
         }
 

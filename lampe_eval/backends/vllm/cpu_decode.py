@@ -14,7 +14,6 @@ layout it reads differently leaves the decode to the tiles).
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass
 
 import torch
@@ -89,14 +88,9 @@ class CpuDecodeKernel:
         )
 
 
-ENV = "LAMPE_EVAL_ENGINE_DECODE"  # "0": every batched decode on the tiles
-
-
 def cpu_decode_kernel(dtype: torch.dtype, block_size: int, head_dim: int) -> CpuDecodeKernel | None:
     """vLLM's CPU paged attention where it reads keys stored as columns for this dtype, block size and head
     dim (checked once, on a small cache, against a dense softmax), else None."""
-    if os.environ.get(ENV, "1") == "0":
-        return None
     return _checked_kernel(dtype, block_size, head_dim)
 
 

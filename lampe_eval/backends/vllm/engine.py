@@ -17,6 +17,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
+from ...attention import kernels
 from ...errors import LampeEvalError
 from ...processes import environment
 from .constants import (
@@ -198,3 +201,12 @@ def cpu_binding(ranks: int) -> str:
         raise LampeEvalError(f"vllm: {ranks} tensor-parallel ranks on {len(cores)} CPU cores: use fewer")
     each = len(cores) // ranks
     return "|".join(",".join(str(c) for c in cores[r * each : (r + 1) * each]) for r in range(ranks))
+
+
+def engine_kernels(
+    device: torch.device | str, dtype: torch.dtype, head_dim: int, softcap: bool
+) -> kernels.KernelChoice:
+    """The kernels of the patched layers over the paged cache (the same call in the main process, which
+    records it, and in the engine, which runs it)."""
+    features = kernels.Features(softcap=softcap, paged=True, head_dim=head_dim)
+    return kernels.select(device, dtype, features, kernels.override())

@@ -275,6 +275,7 @@ def serve(backend: VLLMBackend, method: Method, model: str, settings: ServeSetti
         max_len=settings.max_len,
         gen_room=settings.gen_room,
         max_model_len=model_len,
+        kernel=backend.kernels().label(),
         lampe_eval_version=importlib.metadata.version("lampe-eval"),
         vllm_version=vllm_version(),
     )
