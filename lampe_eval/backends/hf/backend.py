@@ -162,7 +162,8 @@ class HFBackend(BaseBackend):
     def kernels(self) -> kernels.KernelChoice:
         """The kernels the patched layers run (the patch is given this choice)."""
         device, dtype = self._placed()
-        features = kernels.Features(softcap=logit_softcap(self.lm.model.config) is not None)
+        config = getattr(self.lm.model, "config", None)  # a test's stand-in model may have none
+        features = kernels.Features(softcap=config is not None and logit_softcap(config) is not None)
         return kernels.select(device, dtype, features, kernels.override())
 
     def describe(self) -> dict[str, Any]:

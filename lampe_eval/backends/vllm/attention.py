@@ -61,12 +61,6 @@ def customize_spec(spec: AttentionSpec) -> AttentionSpec:
     return dataclasses.replace(spec, head_size=spec.head_size_v * copies, head_size_v=spec.head_size_v)
 
 
-def key_columns(device: torch.device | str) -> bool:
-    """Whether the patched layers store a block's keys as columns (vLLM's CPU attention's layout, so that
-    its kernel can read a key copy: :mod:`.cpu_decode`) rather than rows (FlashAttention's, Triton's)."""
-    return torch.device(device).type == "cpu"
-
-
 @dataclass(frozen=True)
 class _Row:
     """One sequence's tokens in a forward pass: rows ``first..stop-1``, from position ``q_start``."""
@@ -231,7 +225,9 @@ def attend(
     """A patched layer's attention for the pass ``step``: each sequence's new keys (rotated per key copy)
     and values into the layer's paged cache ``kv_cache``, each sequence's queries over its own keys,
     written into ``output``; ``softcap``: the layer's logit soft cap (Gemma 2), if any."""
-    cache = PagedCache.view(kv_cache, engine_key_copies(), query.shape[-1], key_columns(kv_cache.device))
+    # keys as columns where vLLM's CPU kernel reads them (the paged-engine decode), else as rows
+    columns = step.kernels.decode == "paged-engine"
+    cache = PagedCache.view(kv_cache, engine_key_copies(), query.shape[-1], columns)
     rotated = layer.plans.state.method.fixed_key_positions()
     order = layer.plans.state.head_order(query.device)
     if order is not None:  # a partial rotary head runs as a whole one (attention/partial.py)

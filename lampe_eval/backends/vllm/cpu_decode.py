@@ -6,7 +6,8 @@ tiles' PyTorch path, in one C++ call per layer instead of about twenty PyTorch c
 
 vLLM's CPU kernels read a block's keys as columns (``[head dim, block size]``) for their ``vec`` and
 ``vec16`` instruction sets and in other layouts for others (AMX packs them): the patched layers on CPU store
-their keys as columns (``PagedCache(key_columns=True)``), and :func:`cpu_decode_kernel` runs the kernel only
+their keys as columns on the ``paged-engine`` decode (``PagedCache(key_columns=True)``: the default on CPU),
+and :func:`cpu_decode_kernel` runs the kernel only
 where it reads that layout, checked once per dtype, block size and head dim against a dense softmax (a
 layout it reads differently leaves the decode to the tiles).
 """
