@@ -74,7 +74,7 @@ class ModelFacts:
     rope_parameters: Mapping[str, Any] = field(default_factory=dict, compare=False)  # the global layers'
     sliding_window: int = 0
     full_attention_layers: tuple[int, ...] = ()  # the layers that see every key
-    soft_capped: bool = False  # attention logits soft-capped (Gemma 2)
+    softcap: float | None = None  # the attention logits' soft cap (Gemma 2's attn_logit_softcapping)
 
     @classmethod
     def from_config(cls, config: Any) -> ModelFacts:
@@ -100,8 +100,13 @@ class ModelFacts:
             rope_parameters=rope,
             sliding_window=_int(text, "sliding_window"),
             full_attention_layers=tuple(full_attention_layers(text)) if layers else (),
-            soft_capped=bool(getattr(text, "attn_logit_softcapping", None)),
+            softcap=getattr(text, "attn_logit_softcapping", None) or None,
         )
+
+    @property
+    def soft_capped(self) -> bool:
+        """Whether attention logits are soft-capped (no fused kernel here computes them)."""
+        return self.softcap is not None
 
     @property
     def rope_theta(self) -> float:

@@ -24,6 +24,7 @@ CONFIG_ONLY = frozenset(
         "layer_types",
         "max_window_layers",
         "use_sliding_window",
+        "attn_logit_softcapping",
     }
 )
 # Names lampe-eval's own objects use too (ModelFacts.sliding_window and rope_theta, RopeBase.rope_parameters

@@ -293,9 +293,3 @@ def nll_sums(logprobs: list[float], tail_from: int | None, seconds: float) -> To
     total = -sum(logprobs)
     tail = -sum(logprobs[max(tail_from, 1) - 1 :])
     return TokenNLL(total, length - 1, tail, max(0, length - max(tail_from, 1)), seconds)
-
-
-def logit_softcap(config: Any) -> float | None:
-    """The attention logits' soft cap of a config's decoder (Gemma 2's ``attn_logit_softcapping``), or None:
-    it decides which kernels can run the patched layers."""
-    return getattr(text_config(config), "attn_logit_softcapping", None) or None

@@ -22,6 +22,7 @@ from ...attention import kernels
 from ...errors import LampeEvalError
 from ...memory import GIB, MemoryEstimate, device_memory, estimate, hf_key_rows
 from ...methods.base import Method, RopeBase
+from ...model_facts import ModelFacts
 from ...models import LoadedModel, default_device, parse_dtype
 from ...prompts import prompt_ids
 from ...settings import RunSettings
@@ -34,7 +35,6 @@ from ..base import (
     Placement,
     Request,
     TokenNLL,
-    logit_softcap,
 )
 from ..rope_config import model_shape, rope_base
 from ..text import eos_ids, finish
@@ -163,7 +163,7 @@ class HFBackend(BaseBackend):
         """The kernels the patched layers run (the patch is given this choice)."""
         device, dtype = self._placed()
         config = getattr(self.lm.model, "config", None)  # a test's stand-in model may have none
-        features = kernels.Features(softcap=config is not None and logit_softcap(config) is not None)
+        features = kernels.Features(softcap=config is not None and ModelFacts.from_config(config).soft_capped)
         return kernels.select(device, dtype, features, kernels.override())
 
     def describe(self) -> dict[str, Any]:

@@ -46,7 +46,7 @@ from ...attention.kv_cache import (
 from ...errors import LampeEvalError, UnsupportedModelError
 from ...families import AttentionFamily, attention_classes, family_of_layer, text_config
 from ...methods.base import Method, RopeBase
-from ..base import logit_softcap
+from ...model_facts import ModelFacts
 from ..plans import PlanCache
 from ..rope_config import rope_base
 
@@ -226,7 +226,7 @@ def apply_method(
     family = attention_family(model)
     layers = attention_layers(model)
     config = text_config(model.config)  # a multimodal model's decoder's (Gemma 3's text model)
-    softcap = logit_softcap(config)
+    softcap = ModelFacts.from_config(config).softcap
     kernel = kernel or _model_kernel(model, softcap)
     state = PatchState(method=method, base=base or rope_base(model, window), softcap=softcap, kernel=kernel)
     if softcap:

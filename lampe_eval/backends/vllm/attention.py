@@ -34,6 +34,7 @@ import torch
 from ...attention import AttentionPlan, kernels
 from ...attention.paged import EngineKernel, PagedCache, PagedDecode, attend_paged, decode_shape
 from ...errors import LampeEvalError
+from ...model_facts import ModelFacts
 from ..plans import PlanCache
 from .constants import BUDGET, KEY_COPIES
 from .engine import engine_kernels
@@ -307,8 +308,8 @@ class LampeMetadataBuilder(_BaseBuilder):  # type: ignore[misc, valid-type]
 
         self._layers = list(get_layers_from_vllm_config(vllm_config, Attention, layer_names).values())
         self._dtype = vllm_config.model_config.dtype
-        softcap = bool(getattr(vllm_config.model_config.hf_text_config, "attn_logit_softcapping", None))
-        self._kernels = engine_kernels(device, self._dtype, kv_cache_spec.head_size_v, softcap)
+        soft_capped = ModelFacts.from_config(vllm_config.model_config.hf_config).soft_capped
+        self._kernels = engine_kernels(device, self._dtype, kv_cache_spec.head_size_v, soft_capped)
         _log.info("lampe-eval's attention runs on the kernels %s", self._kernels.label())
         self._kernel: EngineKernel | None = None
         if self._kernels.decode == "paged-engine":  # vLLM's CPU attention reads the keys of a one-run batch

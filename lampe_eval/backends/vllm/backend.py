@@ -38,7 +38,6 @@ from ..base import (
     Placement,
     Request,
     TokenNLL,
-    logit_softcap,
     nll_sums,
 )
 from ..plans import method_key_copies
@@ -260,8 +259,8 @@ class VLLMBackend(OwnWeightsBackend):
     def kernels(self) -> KernelChoice:
         """The kernels the engine's patched layers run (the engine makes the same choice)."""
         facts = ModelFacts.from_config(self.config)
-        softcap = logit_softcap(self.config) is not None
-        return engine_kernels(self.device, parse_dtype(self.dtype, self.device), facts.head_dim, softcap)
+        dtype = parse_dtype(self.dtype, self.device)
+        return engine_kernels(self.device, dtype, facts.head_dim, facts.soft_capped)
 
     def describe(self) -> dict[str, Any]:
         return {
