@@ -142,6 +142,8 @@ def test_decode_choices_and_labels():
     chosen = kernels.select("cuda", half, paged, "auto+paged-torch", gpu)
     assert chosen.label() == "cudnn+paged-torch"  # one side overridden, the other automatic
     assert kernels.select("cuda", half, paged, chosen.label(), gpu) == chosen  # a label is an override
+    # the paged decode asked for is vLLM's: the HF cache, in the same run, decodes on its prefill kernel
+    assert kernels.select("cpu", half, hf, "auto+paged-torch", installed()).label() == "cpu"
 
 
 @pytest.mark.parametrize(
@@ -152,12 +154,7 @@ def test_decode_choices_and_labels():
         ("torch", "cpu", kernels.Features(), "the torch kernel runs on CUDA in float16 or bfloat16, not cpu"),
         ("cpu", "cuda", kernels.Features(), "the cpu kernel runs on CPU, not cuda"),
         ("cudnn", "cuda", kernels.Features(softcap=True), "soft-capped logits run on the portable prefill"),
-        (
-            "auto+paged-torch",
-            "cpu",
-            kernels.Features(),
-            "the Hugging Face KV cache decodes on prefill-kernel",
-        ),
+        ("cpu+prefill-kernel", "cpu", kernels.Features(paged=True, head_dim=64), "not prefill-kernel"),
         ("auto+paged-triton", "cpu", kernels.Features(paged=True, head_dim=64), "runs on CUDA with Triton"),
         ("auto+paged-engine", "cuda", kernels.Features(paged=True, head_dim=64), "vLLM's CPU kernel"),
     ],

@@ -272,6 +272,29 @@ def test_preempted_sequences_are_computed_again_with_their_own_plan(
         assert_same_greedy_tokens(hf, method, list(request.input_ids or ()), one.token_ids, batched.token_ids)
 
 
+@pytest.mark.parametrize("name", ["ms_poe", "dca"])
+def test_the_paged_torch_decode_on_cpu_gives_the_hf_backends_tokens(
+    name: str, hf: HFBackend, kjv_ids: list[int], monkeypatch
+) -> None:
+    """``LAMPE_EVAL_KERNEL=auto+paged-torch``: keys stored as rows on CPU and every decode on the tiles
+    (Ms-PoE's one causal run too, which the default hands vLLM's CPU kernel): the HF backend's tokens and
+    log-probabilities, and the record says what ran. (A second engine in this process: after the tests of
+    the module's engine, whose process-wide vLLM state it would share.)"""
+    from lampe_eval.attention import kernels
+    from lampe_eval.backends.vllm.constants import KEY_COPIES
+
+    monkeypatch.setenv(kernels.ENV, "auto+paged-torch")
+    monkeypatch.setenv(KEY_COPIES, os.environ.get(KEY_COPIES, "1"))  # this engine sets it: put it back after
+    lm = load_for_engine("smollm2-135m", pretraining_window=WINDOW)
+    backend = VLLMBackend(lm, batch_size=4, dtype="fp32", max_batched_tokens=CHUNK, one_process=True)
+    try:
+        assert backend.describe()["kernel"] == "cpu+paged-torch"
+        method = resolve_method(name, WINDOW, PROMPT, base=hf.rope_base()).method
+        assert_backends_agree(hf, backend, method, kjv_ids[:PROMPT])
+    finally:
+        backend.close()
+
+
 def _records(out: Path) -> list[dict[str, Any]]:
     rows = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines() if line.strip()]
     return sorted(rows, key=lambda r: r["key"])

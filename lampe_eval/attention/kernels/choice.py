@@ -26,7 +26,9 @@ Decode (:data:`DECODE_PATHS`; one new token per sequence):
 
 The override is ``LAMPE_EVAL_KERNEL`` (inherited by worker and engine processes): ``auto`` (the default)
 or a label as records spell it, ``PREFILL`` or ``PREFILL+DECODE``, either side possibly ``auto``
-(``auto+paged-torch``). A choice the layers cannot run is refused in one line, never replaced.
+(``auto+paged-torch``); a paged decode path applies to vLLM's paged cache only (the Hugging Face backend,
+which decodes on its prefill kernel, records no decode path). A choice the layers cannot run is refused in
+one line, never replaced.
 """
 
 from __future__ import annotations
@@ -126,7 +128,9 @@ def select(
     have = installed or Installed.probe(device)
     asked_prefill, asked_decode = parse(override)
     prefill = _prefill(device, dtype, features, have) if asked_prefill == AUTO else asked_prefill
-    decode = _decode(device, features, have) if asked_decode == AUTO else asked_decode
+    # a paged decode asked for applies to a paged cache only: the HF cache decodes on its prefill kernel
+    ignored = asked_decode != "prefill-kernel" and not features.paged
+    decode = _decode(device, features, have) if asked_decode == AUTO or ignored else asked_decode
     choice = KernelChoice(prefill, decode)
     why = refusal(choice, device, dtype, features, have)
     if why:
@@ -169,9 +173,8 @@ def refusal(
         return "the flash-attn wheel is not installed (pip install 'lampe-eval[gpu]')"
     if prefill == "cpu" and device.type != "cpu":
         return f"the cpu kernel runs on CPU, not {device.type}"
-    if (decode == "prefill-kernel") == features.paged:
-        engine = "vLLM's paged cache" if features.paged else "the Hugging Face KV cache"
-        return f"{engine} decodes on {'a paged path' if features.paged else 'prefill-kernel'}, not {decode}"
+    if decode == "prefill-kernel" and features.paged:
+        return "vLLM's paged cache decodes on paged-triton, paged-engine or paged-torch, not prefill-kernel"
     if decode == "paged-triton" and not (device.type == "cuda" and have.triton):
         return "the paged-triton decode runs on CUDA with Triton installed"
     if decode == "paged-triton" and not _power_of_two(features.head_dim):
