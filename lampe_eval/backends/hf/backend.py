@@ -22,7 +22,6 @@ from ...attention import kernels
 from ...errors import LampeEvalError
 from ...memory import GIB, MemoryEstimate, device_memory, estimate, hf_key_rows
 from ...methods.base import Method, RopeBase
-from ...model_facts import ModelFacts
 from ...models import LoadedModel, default_device, parse_dtype
 from ...prompts import prompt_ids
 from ...settings import RunSettings
@@ -38,7 +37,15 @@ from ..base import (
 )
 from ..rope_config import model_shape, rope_base
 from ..text import eos_ids, finish
-from .patch import PatchHandle, apply_method, attention_family, attention_layers, new_cache
+from .patch import (
+    PatchHandle,
+    apply_method,
+    attention_family,
+    attention_layers,
+    model_kernels,
+    new_cache,
+    placement,
+)
 
 R = TypeVar("R", GenerationRequest, NLLRequest)
 T = TypeVar("T", Generation, TokenNLL)
@@ -153,21 +160,12 @@ class HFBackend(BaseBackend):
             self._base = rope_base(self.lm.model, self.lm.pretraining_window)
         return self._base
 
-    def _placed(self) -> tuple[torch.device, torch.dtype]:
-        parameter = next(self.lm.model.parameters(), None)
-        if parameter is None:
-            return torch.device("cpu"), torch.float32
-        return parameter.device, parameter.dtype
-
     def kernels(self) -> kernels.KernelChoice:
         """The kernels the patched layers run (the patch is given this choice)."""
-        device, dtype = self._placed()
-        config = getattr(self.lm.model, "config", None)  # a test's stand-in model may have none
-        features = kernels.Features(softcap=config is not None and ModelFacts.from_config(config).soft_capped)
-        return kernels.select(device, dtype, features, kernels.override())
+        return model_kernels(self.lm.model)
 
     def describe(self) -> dict[str, Any]:
-        device, dtype = self._placed()
+        device, dtype = placement(self.lm.model)
         return {
             "backend": self.name,
             "backend_version": _version("transformers"),

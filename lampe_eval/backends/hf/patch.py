@@ -227,7 +227,7 @@ def apply_method(
     layers = attention_layers(model)
     config = text_config(model.config)  # a multimodal model's decoder's (Gemma 3's text model)
     softcap = ModelFacts.from_config(config).softcap
-    kernel = kernel or _model_kernel(model, softcap)
+    kernel = kernel or model_kernels(model).prefill
     state = PatchState(method=method, base=base or rope_base(model, window), softcap=softcap, kernel=kernel)
     if softcap:
         log.warning(
@@ -340,11 +340,20 @@ def attend_patched(
     )
 
 
-def _model_kernel(model: Any, softcap: float | None) -> str:
-    """This process's prefill kernel for ``model``'s device and dtype."""
-    parameter = next(model.parameters())
-    features = kernels.Features(softcap=softcap is not None)
-    return kernels.select(parameter.device, parameter.dtype, features, kernels.override()).prefill
+def placement(model: Any) -> tuple[torch.device, torch.dtype]:
+    """Where ``model``'s weights are and in which dtype (CPU, fp32 for a stand-in without weights)."""
+    parameter = next(model.parameters(), None)
+    if parameter is None:
+        return torch.device("cpu"), torch.float32
+    return parameter.device, parameter.dtype
+
+
+def model_kernels(model: Any) -> kernels.KernelChoice:
+    """This process's kernels for ``model``'s patched layers (its device, dtype and soft-capped logits): what
+    the HF backend records and hands :func:`apply_method`, and what a direct call of it runs."""
+    config = getattr(model, "config", None)  # a test's stand-in model may have none
+    features = kernels.Features(softcap=config is not None and ModelFacts.from_config(config).soft_capped)
+    return kernels.select(*placement(model), features, kernels.override())
 
 
 def _update(cache: Any, key: torch.Tensor, value: torch.Tensor, layer_idx: int, kv_len: int):
